@@ -1,0 +1,256 @@
+"""Typed config tree: one pydantic model per stage, loaded from YAML with dotted overrides.
+
+    cfg = load_config(SFTConfig, "configs/x.yaml", ["train.lr=1e-4", "model.path=/models/m"])
+
+Unknown keys and wrong types are rejected with `ConfigError`, whose message is one line
+naming the key and what was expected. `save_config` writes the resolved tree into a run
+directory so that every run and checkpoint carries the exact config it ran with.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from posttrain.errors import ConfigError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---------------------------------------------------------------- shared sections
+
+
+class LoraConfig(Strict):
+    r: int = Field(8, gt=0)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class ModelConfig(Strict):
+    path: str = "runs/base/model"  # any HF causal LM directory (or hub id where downloads work)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
+    lora: LoraConfig | None = None
+    gradient_checkpointing: bool = False
+
+
+class LoggingConfig(Strict):
+    tensorboard: bool = True
+    wandb: bool = False  # used only when the wandb package is installed
+    wandb_project: str = "posttrain"
+    progress: bool = True
+
+
+# ---------------------------------------------------------------- base (embedded tiny model)
+
+
+class BaseConfig(Strict):
+    """The embedded default base: a tiny HF model pretrained on procedural text."""
+
+    out_dir: str = "runs/base"
+    cache_dir: str = ".cache/posttrain/base"  # a finished base is reused when its config matches
+    family: Literal["llama", "qwen2"] = "qwen2"
+    hidden_size: int = Field(256, gt=0)
+    num_layers: int = Field(4, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int = Field(2, gt=0)
+    intermediate_size: int = Field(704, gt=0)
+    vocab_size: int = Field(1024, ge=300)  # BPE vocabulary trained on the corpus
+    max_position_embeddings: int = Field(1024, gt=0)
+    domains: list[str] = ["basic_arithmetic", "chain_sum"]
+    corpus_examples: int = Field(20000, gt=0)
+    wrong_fraction: float = Field(0.3, ge=0.0, le=1.0)  # share of worked answers that are wrong
+    seq_len: int = Field(256, gt=0)
+    batch_size: int = Field(16, gt=0)
+    lr: float = Field(1e-3, gt=0)
+    max_steps: int = Field(2000, gt=0)
+    max_seconds: float = Field(180.0, gt=0)  # pretraining stops at whichever comes first
+    seed: int = 0
+    logging: LoggingConfig = LoggingConfig()
+
+
+# ---------------------------------------------------------------- SFT
+
+
+class DataConfig(Strict):
+    # A JSONL file of {"messages": [...]}, "hf:NAME[:SPLIT]" for HF datasets,
+    # or "gym:DOMAIN[,DOMAIN...]:N" for N reasoning-gym examples with worked answers.
+    train: str = "gym:basic_arithmetic,chain_sum:4000"
+    eval: str | None = None  # same forms; None holds out eval_fraction of train
+    eval_fraction: float = Field(0.02, ge=0.0, lt=1.0)
+    max_seq_len: int = Field(512, gt=0)  # longer examples are truncated
+    skip_bad_lines: bool = False  # count and report bad lines instead of failing
+    seed: int = 0
+
+
+class OptimConfig(Strict):
+    lr: float = Field(3e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = Field(10, ge=0)
+    schedule: Literal["cosine", "constant", "linear"] = "cosine"
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    grad_clip: float = Field(1.0, gt=0)
+
+
+class TrainConfig(Strict):
+    epochs: int = Field(1, gt=0)
+    max_steps: int | None = Field(None, gt=0)  # None: epochs over the data
+    packing: bool = True
+    row_tokens: int = Field(512, gt=0)  # length of one packed row
+    max_tokens_per_microbatch: int = Field(4096, gt=0)
+    microbatches_per_step: int = Field(1, gt=0)  # gradient accumulation
+    seed: int = 0
+    eval_every: int = Field(50, gt=0)
+    save_every: int = Field(50, gt=0)
+    keep_last: int = Field(2, gt=0)
+    log_every: int = Field(1, gt=0)
+
+    @model_validator(mode="after")
+    def _row_fits(self) -> "TrainConfig":
+        if self.row_tokens > self.max_tokens_per_microbatch:
+            raise ValueError(
+                f"row_tokens ({self.row_tokens}) must be <= max_tokens_per_microbatch "
+                f"({self.max_tokens_per_microbatch})"
+            )
+        return self
+
+
+class SFTConfig(Strict):
+    out_dir: str = "runs/sft"
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+# ---------------------------------------------------------------- eval
+
+
+class EvalConfig(Strict):
+    model: str = "runs/sft/final"
+    tasks: str = "basic_arithmetic,chain_sum"  # "NAME[:N],..." reasoning-gym domains
+    n_per_domain: int = Field(50, gt=0)  # tasks per domain when SPEC gives no :N
+    samples: int = Field(1, gt=0)  # K: completions per task, for pass@K
+    seed: int = 1_000_000  # held-out seeds start here, far from training seeds
+    temperature: float = Field(0.0, ge=0)  # 0: greedy (samples>1 then forces sampling at 1.0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(64, gt=0)
+    batch_size: int = Field(64, gt=0)
+    out: str = "runs/eval/eval.json"
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+class PipelineConfig(Strict):
+    """`posttrain run`: stages in order, each with its own section."""
+
+    run_dir: str = "runs/quickstart"
+    stages: list[Literal["base", "sft", "eval", "report"]] = ["base", "sft", "eval", "report"]
+    base: BaseConfig = BaseConfig()
+    sft: SFTConfig = SFTConfig()
+    eval: dict[str, EvalConfig] = {}  # name -> eval run, e.g. {"base": ..., "sft": ...}
+
+
+# ---------------------------------------------------------------- loading
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """["a.b=1", "c=x"] -> {"a": {"b": 1}, "c": "x"}; values are parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. train.lr=1e-4")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} was already given a value")
+            node = child
+        node[parts[-1]] = value
+    return tree
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: config file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{p}:{where}: malformed YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of config keys at the top, got {type(data).__name__}")
+    return data
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "<root>"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"unknown key {key!r}"
+    if kind == "missing":
+        return f"missing required key {key!r}"
+    got = error.get("input")
+    shown = repr(got) if not isinstance(got, dict) else "a mapping"
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{key}: {error['msg'].rstrip('.')} (got {shown})"
+
+
+def validate(model: type[C], data: dict[str, Any], source: str = "config") -> C:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        first = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"{source}: {first}{more}") from None
+
+
+def load_config(model: type[C], path: str | os.PathLike | None, overrides: list[str] | None = None) -> C:
+    data = read_yaml(path) if path is not None else {}
+    data = deep_merge(data, parse_overrides(overrides or []))
+    return validate(model, data, source=str(path) if path is not None else "config")
+
+
+def save_config(cfg: BaseModel, run_dir: str | os.PathLike, name: str = "config.yaml") -> Path:
+    """Write the resolved config into the run directory (atomically)."""
+    out = Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / name
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    os.replace(tmp, target)
+    return target

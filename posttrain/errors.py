@@ -1,0 +1,25 @@
+"""Errors that are the user's to fix. The CLI prints them as one line, never a traceback."""
+
+
+class PosttrainError(Exception):
+    """Base of all errors with a one-line message meant for the user."""
+
+
+class ConfigError(PosttrainError, ValueError):
+    """A config that cannot be used; the message names the key."""
+
+
+class DataError(PosttrainError, ValueError):
+    """A dataset that cannot be read; the message names the file and line."""
+
+
+class ModelLoadError(PosttrainError):
+    """A model or tokenizer path that cannot be loaded."""
+
+
+class CheckpointError(PosttrainError):
+    """A checkpoint that cannot be written or read; earlier checkpoints stay intact."""
+
+
+class TrainingError(PosttrainError):
+    """Training cannot go on (e.g. repeated non-finite losses)."""

@@ -1,0 +1,62 @@
+"""Load any HF causal LM and its tokenizer (with its chat template) by path.
+
+Every stage goes through here, the embedded tiny base included, so the real
+`from_pretrained` path is what runs and what the tests exercise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from posttrain.errors import ModelLoadError
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """'auto' is fp32 on CPU and bf16 on GPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+
+def _check_path(path: str) -> None:
+    p = Path(path)
+    looks_local = p.is_absolute() or path.startswith(".") or p.exists() or path.count("/") != 1
+    if looks_local and not p.is_dir():
+        raise ModelLoadError(f"model path {path!r} does not exist or is not a directory")
+    if p.is_dir() and not (p / "config.json").is_file():
+        raise ModelLoadError(f"model path {path!r} has no config.json (not an HF model directory)")
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    _check_path(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load tokenizer from {path!r}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, dtype: str = "auto", device: torch.device | None = None):
+    from transformers import AutoModelForCausalLM
+
+    _check_path(path)
+    device = device or pick_device()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load model from {path!r}: {str(e).splitlines()[0]}") from None
+    return model.to(device)
+
+
+def load_model_and_tokenizer(path: str, dtype: str = "auto", device: torch.device | None = None):
+    return load_model(path, dtype, device), load_tokenizer(path)
