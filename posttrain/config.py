@@ -10,6 +10,7 @@ directory so that every run and checkpoint carries the exact config it ran with.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -165,6 +166,20 @@ class PipelineConfig(Strict):
 C = TypeVar("C", bound=BaseModel)
 
 
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _scalar(raw: str) -> Any:
+    """A YAML scalar, except that 1e-4 is a float (YAML 1.1 reads it as a string)."""
+    if _FLOAT.match(raw.strip()):
+        number = float(raw)
+        return int(raw) if re.fullmatch(r"[+-]?\d+", raw.strip()) else number
+    try:
+        return yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """["a.b=1", "c=x"] -> {"a": {"b": 1}, "c": "x"}; values are parsed as YAML scalars."""
     tree: dict[str, Any] = {}
@@ -172,10 +187,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. train.lr=1e-4")
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        value = _scalar(raw)
         node = tree
         parts = key.split(".")
         for part in parts[:-1]:

@@ -1,0 +1,48 @@
+# posttrain: `make demo` runs the quickstart pipeline, `make test` runs the tests.
+# Both do all their own set-up: a virtual environment in .venv, torch (the CPU build on
+# machines without CUDA), the package with its dev extras, and the Debian packages the
+# sandbox needs (bubblewrap).
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.posttrain-installed
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: setup sysdeps demo test test-slow test-all bench clean
+
+setup: $(STAMP) sysdeps
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "CUDA machine: installing the default torch build"; $(PY) -m pip install -q torch; \
+	else \
+		echo "CPU machine: installing $(TORCH_CPU) (CPU build)"; $(PY) -m pip install -q "$(TORCH_CPU)"; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+# bubblewrap isolates the sandbox; installed with apt-get when missing and we are root.
+sysdeps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing bubblewrap"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+		else \
+			echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap'"; exit 1; \
+		fi; }
+
+demo: setup
+	$(VENV)/bin/posttrain run configs/quickstart.yaml
+
+test: setup
+	$(PY) -m pytest
+
+test-slow: setup
+	$(PY) -m pytest -m slow || [ $$? -eq 5 ]  # 5: no slow test selected
+
+test-all: test test-slow
+
+clean:
+	rm -rf runs .pytest_cache
