@@ -1,0 +1,470 @@
+"""Atomic checkpoints with exact resume.
+
+    path = save_checkpoint(run_dir, step, model=m, tokenizer=tok, optimizer=opt, scheduler=sched,
+                           state={"cursor": 123}, config=cfg, keep_last=2)
+    ckpt = latest_checkpoint(run_dir)              # None when there is no complete one
+    state = load_checkpoint(ckpt, model=m, optimizer=opt, scheduler=sched)   # state["step"], state["cursor"]
+
+One directory per checkpoint, `RUN_DIR/checkpoints/step-00000010/`:
+
+    model/          HF layout via save_pretrained (safetensors; a peft model saves its adapters), tokenizer
+    optimizer.pt    optimizer.state_dict()            scheduler.pt   scheduler.state_dict()
+    rng.pt          python random, numpy, torch CPU and CUDA generator states
+    config.yaml     the resolved config               <name>/        one folder per `extra` callback
+    meta.json       format, time, what was saved      state.json     {"step": N, **state} -- written last
+
+It is written under `.tmp-step-00000010-<pid>`, every file and folder is fsynced, the folder is renamed
+into place and the parent fsynced. Only `step-*` folders holding state.json count as checkpoints, so a
+crash at any point never leaves one that resume would pick up half-written. Any failure (a full disk
+included) removes the temporary folder, leaves earlier checkpoints untouched and raises CheckpointError.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import yaml
+
+from posttrain.errors import CheckpointError
+
+FORMAT = 1
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "state.json"
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_TMP_DIR = re.compile(r"^\.(?:tmp|old)-step-\d+-(?P<host>.+)-(?P<pid>\d+)$")
+_RESERVED = {"model", "optimizer.pt", "scheduler.pt", "rng.pt", "config.yaml", "meta.json", STATE_FILE}
+
+
+# ---------------------------------------------------------------- listing
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints under run_dir/checkpoints as (step, path), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = _STEP_DIR.match(child.name)
+        if m and child.is_dir() and (child / STATE_FILE).is_file():
+            found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint (highest step), ignoring temporary and partial folders."""
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+# ---------------------------------------------------------------- saving
+
+
+def save_checkpoint(
+    run_dir: str | os.PathLike,
+    step: int,
+    *,
+    model,
+    tokenizer=None,
+    optimizer=None,
+    scheduler=None,
+    state: dict | None = None,
+    config=None,
+    keep_last: int = 2,
+    extra: dict[str, Callable[[Path], None]] | None = None,
+) -> Path:
+    """Write run_dir/checkpoints/step-{step:08d}/ atomically and keep the newest keep_last.
+
+    Each `extra` callback gets its own empty folder `<checkpoint>/<name>/` to write into
+    (e.g. a replay buffer); read it back from `load_checkpoint(...)`'s path / name.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"checkpoint step must be a non-negative int, got {step!r}")
+    if keep_last < 1:
+        raise CheckpointError(f"keep_last must be >= 1, got {keep_last}")
+    root = Path(run_dir) / CHECKPOINTS
+    final = root / step_dir_name(step)
+    state_json = _state_json(step, state)
+    extra = dict(extra or {})
+    for name in extra:
+        if name in _RESERVED or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith("."):
+            raise CheckpointError(f"extra checkpoint entry {name!r}: use a plain folder name not in {sorted(_RESERVED)}")
+    tmp = root / f".tmp-{step_dir_name(step)}-{socket.gethostname()}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_stale(root)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        _write_all(tmp, step, model, tokenizer, optimizer, scheduler, config, extra, state_json)
+        _fsync_tree(tmp)
+        _install(tmp, final, root)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, CheckpointError):
+            raise
+        if not isinstance(e, Exception):  # KeyboardInterrupt etc.: clean up, then let it through
+            raise
+        if _is_disk_full(e):
+            raise CheckpointError(f"no space left on device while writing checkpoint step {step} to {root}") from e
+        raise CheckpointError(f"cannot write checkpoint step {step} to {root}: {_one_line(e)}") from e
+    _rotate(root, keep_last, keep=final)
+    return final
+
+
+def _state_json(step: int, state: dict | None) -> str:
+    payload = dict(state or {})
+    if "step" in payload and payload["step"] != step:
+        raise CheckpointError(f"checkpoint state has step={payload['step']!r} but is saved as step {step}")
+    payload["step"] = step
+    try:
+        return json.dumps(payload, indent=1, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint state for step {step} is not JSON-serializable: {_one_line(e)}") from None
+
+
+def _write_all(tmp: Path, step, model, tokenizer, optimizer, scheduler, config, extra, state_json: str) -> None:
+    model = _unwrap(model)
+    peft = _is_peft(model)
+    with _hf_quiet():
+        model.save_pretrained(tmp / "model")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "model")
+    if optimizer is not None:
+        _torch_save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if scheduler is not None:
+        _torch_save(scheduler.state_dict(), tmp / "scheduler.pt")
+    _torch_save(_rng_state(), tmp / "rng.pt")
+    if config is not None:
+        _write_text(tmp / "config.yaml", yaml.safe_dump(_config_dict(config), sort_keys=False))
+    for name, fn in extra.items():
+        (tmp / name).mkdir()
+        fn(tmp / name)
+    meta = {
+        "format": FORMAT,
+        "step": step,
+        "time": time.time(),
+        "peft": peft,
+        "adapters": sorted(model.peft_config) if peft else [],
+        "optimizer": optimizer is not None,
+        "scheduler": scheduler is not None,
+        "extra": sorted(extra),
+        "torch": torch.__version__,
+    }
+    _write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+    _write_text(tmp / STATE_FILE, state_json)  # last: its presence marks the checkpoint complete
+
+
+def _install(tmp: Path, final: Path, root: Path) -> None:
+    """Rename tmp to final; an existing final (same step saved again) is swapped out, then removed."""
+    old = None
+    if final.exists():
+        old = root / f".old-{final.name}-{socket.gethostname()}-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _rotate(root: Path, keep_last: int, keep: Path) -> None:
+    """Delete complete checkpoints beyond the newest keep_last; `keep` (the new one) always stays."""
+    others = [p for _, p in list_checkpoints(root.parent) if p != keep]
+    doomed = others[: max(0, len(others) - (keep_last - 1))]
+    for path in doomed:
+        # drop the completion marker first, so a crash mid-delete leaves no "complete" half checkpoint
+        try:
+            (path / STATE_FILE).unlink()
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+    if doomed:
+        _fsync_dir(root)
+
+
+def _remove_stale(root: Path) -> None:
+    """Remove temporary folders left by crashed saves of this host (their process is gone)."""
+    host = socket.gethostname()
+    for child in root.iterdir():
+        m = _TMP_DIR.match(child.name)
+        if not m or m.group("host") != host or not child.is_dir():
+            continue
+        pid = int(m.group("pid"))
+        if pid != os.getpid() and _pid_alive(pid):
+            continue
+        shutil.rmtree(child, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_checkpoint(path: str | os.PathLike, *, model, optimizer=None, scheduler=None, restore_rng: bool = True) -> dict:
+    """Load a checkpoint into `model` (in place), optimizer, scheduler and the RNGs; return its state (has "step").
+
+    `model` must have the same architecture as the saved one: a plain HF model loads model/*.safetensors
+    (tied weights may be absent from the file; any other missing or unexpected key is an error); a peft
+    model (get_peft_model(...)) loads the saved adapter weights into its adapters, base weights untouched.
+    """
+    path = Path(path)
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        why = "does not exist" if not path.exists() else "is not a complete checkpoint (no state.json)"
+        raise CheckpointError(f"checkpoint {path} {why}")
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path}: cannot read {STATE_FILE}: {_one_line(e)}") from None
+    model = _unwrap(model)
+    if _is_peft(model):
+        _load_peft(path / "model", model)
+    else:
+        _load_plain(path / "model", model)
+    if optimizer is not None:
+        optimizer.load_state_dict(_torch_load(path / "optimizer.pt", path, "optimizer"))
+    if scheduler is not None:
+        scheduler.load_state_dict(_torch_load(path / "scheduler.pt", path, "scheduler"))
+    if restore_rng:
+        _set_rng_state(_torch_load(path / "rng.pt", path, "RNG"))
+    return state
+
+
+def _load_plain(model_dir: Path, model) -> None:
+    from safetensors.torch import load_file
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        if (model_dir / "adapter_config.json").is_file():
+            raise CheckpointError(f"checkpoint {model_dir.parent} holds LoRA adapters: load it into a peft model")
+        raise CheckpointError(f"checkpoint {model_dir.parent} has no model weights (model/*.safetensors)")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(str(f)))
+    own = model.state_dict()
+    if not set(weights) <= set(own):  # saved in a converted layout (e.g. fused experts): let HF map it back
+        weights = _from_pretrained_state(model_dir, model)
+    unexpected = sorted(set(weights) - set(own))
+    missing = sorted(k for k in set(own) - set(weights) if not _tied_to_loaded(k, own, weights))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {model_dir.parent} does not match the model: "
+            f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected keys {unexpected[:3]}"
+        )
+    try:
+        model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint {model_dir.parent} does not match the model: {_one_line(e)}") from None
+
+
+def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
+    try:
+        with _hf_quiet():
+            fresh = type(model).from_pretrained(model_dir, dtype=next(model.parameters()).dtype, device_map="cpu")
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {model_dir.parent}: cannot read model weights: {_one_line(e)}") from None
+    return fresh.state_dict()
+
+
+def _tied_to_loaded(key: str, own: dict[str, torch.Tensor], weights: dict) -> bool:
+    """A key absent from the file is fine when its tensor is shared with one that is in the file."""
+    t = own[key]
+    if t.numel() == 0:
+        return False
+    ptr = t.untyped_storage().data_ptr()
+    return any(
+        k in weights and k != key and v.untyped_storage().data_ptr() == ptr and v.shape == t.shape
+        for k, v in own.items()
+    )
+
+
+def _load_peft(model_dir: Path, model) -> None:
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    for name in model.peft_config:
+        adir = model_dir if name == "default" else model_dir / name
+        f = adir / "adapter_model.safetensors"
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {model_dir.parent} has no weights for LoRA adapter {name!r} ({f})")
+        weights = load_file(str(f))
+        expected = set(get_peft_model_state_dict(model, adapter_name=name))
+        if set(weights) != expected:
+            missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
+            raise CheckpointError(
+                f"checkpoint {model_dir.parent} adapter {name!r} does not match the model: "
+                f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected keys {unexpected[:3]}"
+            )
+        try:
+            set_peft_model_state_dict(model, weights, adapter_name=name)
+        except RuntimeError as e:
+            raise CheckpointError(f"checkpoint {model_dir.parent} adapter {name!r}: {_one_line(e)}") from None
+
+
+def _torch_load(f: Path, ckpt: Path, what: str):
+    if not f.is_file():
+        raise CheckpointError(f"checkpoint {ckpt} has no {what} state ({f.name}); it was saved without one")
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception:
+        pass
+    try:  # e.g. a scheduler holding a callable object: our own file, so a full unpickle is acceptable
+        return torch.load(f, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read {f.name}: {_one_line(e)}") from None
+
+
+# ---------------------------------------------------------------- RNG
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    version, internal, gauss = s["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = s["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": n["bit_generator"],
+            "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
+            "has_gauss": n["has_gauss"],
+            "gauss": n["gauss"],
+        }
+    )
+    torch.set_rng_state(s["torch"])
+    if s["cuda"] and torch.cuda.is_available() and len(s["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _unwrap(model):
+    """The model inside torch.compile / DDP wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+class _hf_quiet:
+    """Silence transformers' 'Writing model shards' tqdm bar (garbage in logs) for one call."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+
+        self._was = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc):
+        from transformers.utils import logging as hf_logging
+
+        if self._was:
+            hf_logging.enable_progress_bar()
+
+
+def _is_peft(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _config_dict(config) -> dict:
+    if hasattr(config, "model_dump"):
+        return config.model_dump(mode="json")
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config, default=str))
+    raise CheckpointError(f"checkpoint config must be a pydantic model or a dict, got {type(config).__name__}")
+
+
+def _torch_save(obj, f: Path) -> None:
+    with open(f, "wb") as fh:  # a Python file object, so a full disk surfaces as OSError(ENOSPC)
+        torch.save(obj, fh)
+
+
+def _write_text(f: Path, text: str) -> None:
+    with open(f, "w") as fh:
+        fh.write(text)
+
+
+def _fsync_tree(top: Path) -> None:
+    for dirpath, _, filenames in os.walk(top, topdown=False):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some filesystems cannot fsync a directory
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _is_disk_full(e: BaseException) -> bool:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(e).lower()
+        if "no space left" in text or "os error 28" in text or "disk quota" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
