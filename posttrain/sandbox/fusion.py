@@ -28,8 +28,8 @@ SandboxFusion knows three command statuses: Finished, Error, TimeLimitExceeded; 
 clients reject any other value, and treat Error as a sandbox fault. Our statuses map so:
     Finished            -> Finished, same return code
     TimeLimitExceeded   -> TimeLimitExceeded, same return code (usually null)
-    Error, with a code  -> Finished, same (negative signal) code: SandboxFusion reports a
-                           process killed by a signal exactly so
+    Error, with a code  -> Finished, same code: SandboxFusion reports a process killed
+                           by a signal as Finished with a non-zero code too
     Error, no code      -> Error (the program could not start)
     MemoryLimitExceeded -> Finished, return code as reported, or -9 when none was (the
     OutputLimitExceeded    process was killed with SIGKILL): SandboxFusion has no such
