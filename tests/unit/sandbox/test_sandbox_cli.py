@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -117,7 +118,7 @@ def test_serve_end_to_end_with_local_sandbox(local_sandbox):
     command = "from posttrain.sandbox.cli import app; app()"
     proc = subprocess.Popen(
         [sys.executable, "-c", command, "serve", "--port", str(port), "--workers", "2", "--unisolated"],
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
