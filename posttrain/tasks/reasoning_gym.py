@@ -10,7 +10,10 @@ metadata) — all that `score_answer` needs; the dataset object itself is rebuil
 (domain, seed, config) and cached.
 
 Seeds: a task made with seed S at index i is reasoning-gym's item `S + i`. Training data
-(`sft_examples`, the base corpus) must stay below `EVAL_SEED_START`; eval starts there.
+(`sft_examples`, the base corpus) comes from `training_tasks`: seeds below `EVAL_SEED_START`
+(where eval starts), and any question that also occurs among the first `HOLDOUT` eval
+items of its domain is skipped — small problem spaces repeat questions across seeds, so
+disjoint seeds alone would still leak about 1 in 1000 eval questions into training.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from posttrain.errors import ConfigError
+from posttrain.tasks.worked import gold_answer as _gold_for_entry
 from posttrain.tasks.worked import worked_steps
 from posttrain.types import Task
 
 EVAL_SEED_START = 1_000_000
+HOLDOUT = 1000  # eval items per domain (from EVAL_SEED_START) that training never contains
+# Domains that take over 50 ms per item: a smaller holdout keeps training-data building fast
+# (their puzzle spaces are large, so chance repeats are negligible anyway).
+HOLDOUT_OVERRIDES: dict[str, int] = {"futoshiki": 100, "knight_swap": 100, "quantum_lock": 200, "zebra_puzzles": 200}
 INSTRUCTION = "End your response with a final line of the form `Answer: <answer>`."
 ANSWER_TAG = "Answer:"
 VERIFIER = "reasoning_gym"
@@ -55,8 +63,31 @@ def check_domain(domain: str) -> None:
     )
 
 
-def _config_key(config: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(config or {}), sort_keys=True, default=str)
+# Datasets that cannot be built without options get these when none are given.
+DEFAULT_CONFIGS: dict[str, dict[str, Any]] = {
+    "composite": {
+        "datasets": [
+            {"name": "basic_arithmetic", "weight": 1.0, "config": {}},
+            {"name": "chain_sum", "weight": 1.0, "config": {}},
+        ]
+    },
+}
+
+
+def _composite_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = [DatasetSpec(**spec) if isinstance(spec, dict) else spec for spec in kwargs.get("datasets", [])]
+    return {**kwargs, "datasets": specs}
+
+
+# Domain -> function turning JSON-able options into the dataset's constructor kwargs.
+KWARG_ADAPTERS: dict[str, Any] = {"composite": _composite_kwargs}
+
+
+def _config_key(domain: str, config: Mapping[str, Any] | None) -> str:
+    chosen = dict(config) if config else DEFAULT_CONFIGS.get(domain, {})
+    return json.dumps(chosen, sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=512)
@@ -66,8 +97,9 @@ def _dataset(domain: str, seed: int, size: int, config_key: str):
     check_domain(domain)
     kwargs = json.loads(config_key)
     try:
-        return reasoning_gym.create_dataset(domain, size=size, seed=seed, **kwargs)
-    except (TypeError, AssertionError, ValueError) as e:
+        adapted = KWARG_ADAPTERS.get(domain, dict)(kwargs)
+        return reasoning_gym.create_dataset(domain, size=size, seed=seed, **adapted)
+    except (TypeError, AssertionError, ValueError, KeyError) as e:
         raise ConfigError(f"reasoning-gym domain {domain!r}: bad dataset config {kwargs}: {e}") from None
 
 
@@ -83,7 +115,7 @@ def make_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | No
     """
     if n <= 0:
         raise ConfigError(f"reasoning-gym domain {domain!r}: number of tasks must be > 0 (got {n})")
-    key = _config_key(config)
+    key = _config_key(domain, config)
     ds = _dataset(domain, seed, n, key)
     tasks = []
     for i in range(n):
@@ -121,14 +153,18 @@ def score(task: Task, completion: str) -> float:
     return min(1.0, max(0.0, value))
 
 
-def gold_answer(task: Task) -> str:
-    return str(task.reference["answer"])
+def gold_answer(task: Task) -> str | None:
+    """A correct answer (the dataset's, or one valid answer for checker-scored domains), else None."""
+    return _gold_for_entry(task.domain, task.reference)
 
 
-def gold_completion(task: Task) -> str:
-    """A correct worked solution in the format the prompt asks for."""
+def gold_completion(task: Task) -> str | None:
+    """A correct worked solution in the format the prompt asks for; None when there is no gold."""
+    answer = gold_answer(task)
+    if answer is None:
+        return None
     steps = worked_steps(task.domain, task.reference)
-    answer_line = f"{ANSWER_TAG} {gold_answer(task)}"
+    answer_line = f"{ANSWER_TAG} {answer}"
     return f"{steps}\n{answer_line}" if steps else answer_line
 
 
@@ -137,22 +173,47 @@ def split_count(n: int, parts: int) -> list[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
+@lru_cache(maxsize=256)
+def held_out_questions(domain: str, config_key: str) -> frozenset[str]:
+    """The questions of the first HOLDOUT eval items of `domain` (default options)."""
+    size = HOLDOUT_OVERRIDES.get(domain, HOLDOUT)
+    ds = _dataset(domain, EVAL_SEED_START, size, config_key)
+    return frozenset(ds[i]["question"] for i in range(size))
+
+
+def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | None = None) -> list[Task]:
+    """`n` tasks from seeds `seed, seed+1, ...` (all below EVAL_SEED_START), skipping held-out questions."""
+    held_out = held_out_questions(domain, _config_key(domain, config))
+    out: list[Task] = []
+    start, want = seed, n
+    while len(out) < n:
+        batch = want + max(16, want // 20)  # a margin for skipped questions
+        if start < 0 or start + batch > EVAL_SEED_START:
+            raise ConfigError(
+                f"training data for {domain!r}: seeds {start}..{start + batch - 1} overlap eval seeds "
+                f"(>= {EVAL_SEED_START}); use a smaller seed or fewer examples"
+            )
+        fresh = [t for t in make_tasks(domain, batch, start, config=config) if t.reference["question"] not in held_out]
+        out.extend(fresh[: n - len(out)])
+        start, want = start + batch, n - len(out)
+    return out
+
+
 def sft_examples(domains: list[str], n: int, seed: int) -> list[dict]:
     """`n` chat examples `{"messages": [user, assistant]}` with correct worked answers.
 
-    Split evenly over `domains` and interleaved (round-robin). Items come from seeds
-    `seed .. seed + n_domain - 1`, which must stay below EVAL_SEED_START.
+    Split evenly over `domains` and interleaved (round-robin). Items come from
+    `training_tasks` (seeds from `seed`, below EVAL_SEED_START, held-out questions skipped).
     """
     if not domains:
         raise ConfigError("sft_examples: give at least one reasoning-gym domain")
     for domain in domains:
         check_domain(domain)
     counts = split_count(n, len(domains))
-    if seed < 0 or seed + max(counts) > EVAL_SEED_START:
-        raise ConfigError(
-            f"sft_examples: seeds {seed}..{seed + max(counts) - 1} overlap eval seeds (>= {EVAL_SEED_START})"
-        )
-    per_domain = [make_tasks(d, c, seed) if c else [] for d, c in zip(domains, counts)]
+    per_domain = [training_tasks(d, c, seed) if c else [] for d, c in zip(domains, counts)]
+    for domain, tasks in zip(domains, per_domain):
+        if tasks and gold_completion(tasks[0]) is None:
+            raise ConfigError(f"sft_examples: reasoning-gym domain {domain!r} has no gold answers to learn from")
     out = []
     for i in range(max(counts, default=0)):
         for tasks in per_domain:

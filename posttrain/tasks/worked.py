@@ -54,11 +54,11 @@ def _reduce_once(node: ast.AST) -> tuple[ast.AST, bool]:
         return node, False
     if isinstance(node, ast.UnaryOp):
         operand, done = _reduce_once(node.operand)
+        value = _const(operand)
+        if value is not None:  # -(a - b) with a - b just reduced: fold the sign in the same step
+            return _lit(-value if isinstance(node.op, ast.USub) else value), True
         if done:
             return ast.UnaryOp(node.op, operand), True
-        value = _const(operand)
-        if value is not None:  # -(literal) after its parentheses were reduced
-            return _lit(-value if isinstance(node.op, ast.USub) else value), True
         raise ValueError("cannot reduce unary operation")
     if isinstance(node, ast.BinOp):
         left, done = _reduce_once(node.left)
@@ -110,6 +110,33 @@ def worked_steps(domain: str, entry: Entry) -> str:
         return writer(entry)
     except (ValueError, KeyError, TypeError, SyntaxError, ZeroDivisionError):
         return generic_writer(entry)
+
+
+# ---------------------------------------------------------------- gold answers
+
+
+def _json_coloring(entry: Entry) -> str:
+    import json
+
+    return json.dumps({str(k): v for k, v in entry["metadata"]["possible_answer"].items()})
+
+
+# Domains whose `answer` is None (many valid answers, scored by a checker): one valid answer
+# taken from the metadata the dataset ships. Domains absent here and without an `answer`
+# (boxnet, rush_hour) have no gold: they can be evaluated but not used for SFT data.
+GOLD_ANSWERS: dict[str, Callable[[Entry], str]] = {
+    "graph_color": _json_coloring,
+    "propositional_logic": lambda entry: str(entry["metadata"]["example_answer"]),
+    "rubiks_cube": lambda entry: str(entry["metadata"]["example_correct_answer"]),
+}
+
+
+def gold_answer(domain: str, entry: Entry) -> str | None:
+    """A correct answer for `entry`, or None when the dataset gives none."""
+    if domain in GOLD_ANSWERS:
+        return GOLD_ANSWERS[domain](entry)
+    answer = entry.get("answer")
+    return None if answer is None else str(answer)
 
 
 # ---------------------------------------------------------------- plausible wrong answers

@@ -1,0 +1,49 @@
+"""Worked arithmetic solutions: steps follow evaluation order; wrong solutions are plausibly wrong."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from posttrain.tasks.reasoning_gym import make_tasks
+from posttrain.tasks.worked import expression_steps, perturb_number, worked_steps, wrong_steps
+
+
+def test_expression_steps_by_hand():
+    assert expression_steps("2 + 3 * 4") == ["2 + 3 * 4", "2 + 12", "14"]
+    assert expression_steps("7 - 2 - 1") == ["7 - 2 - 1", "5 - 1", "4"]
+    assert expression_steps("-(3 - 5) * 2") == ["-(3 - 5) * 2", "2 * 2", "4"]
+    assert expression_steps("-7 / 2") == ["-7 / 2", "-4"]  # floor division, as reasoning-gym defines "/"
+    assert expression_steps("5") == ["5"]
+
+
+def test_worked_steps_end_in_the_gold_answer():
+    for domain in ("basic_arithmetic", "chain_sum"):
+        for task in make_tasks(domain, 100, seed=5):
+            steps = worked_steps(domain, task.reference).splitlines()
+            assert steps[-1] == f"= {task.reference['answer']}" or len(steps) == 1
+
+
+def test_generic_domains_have_no_steps():
+    task = make_tasks("leg_counting", 1, seed=0)[0]
+    assert worked_steps("leg_counting", task.reference) == ""
+
+
+@pytest.mark.parametrize("domain", ["basic_arithmetic", "chain_sum", "leg_counting"])
+def test_wrong_steps_are_wrong_but_close(domain):
+    rng = random.Random(0)
+    for task in make_tasks(domain, 50, seed=9):
+        steps, answer = wrong_steps(domain, task.reference, rng)
+        assert answer != str(task.reference["answer"])
+        int(answer)  # still a number
+        if steps:
+            assert steps.splitlines()[-1] == f"= {answer}"
+
+
+def test_perturb_number_changes_integers_only():
+    rng = random.Random(1)
+    for value in ["0", "7", "-13", "123456"]:
+        out = perturb_number(value, rng)
+        assert out != value and int(out) is not None
+    assert perturb_number("1/2", rng) == "1/2"
