@@ -1,0 +1,28 @@
+"""pass@k: the unbiased estimator of Chen et al. (2021), "Evaluating Large Language Models
+Trained on Code":  pass@k = 1 - C(n - c, k) / C(n, k)  for n samples of which c are correct.
+
+Computed as a product, 1 - prod_{i = n-c+1}^{n} (1 - k / i), which never forms the huge
+binomials (stable for any n).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn (without replacement) from n is correct."""
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
+    if n - c < k:  # every draw of k must include a correct sample
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+def mean_pass_at_k(counts: Iterable[tuple[int, int]], k: int) -> float:
+    """Mean of pass_at_k over tasks given as (n, c) pairs; 0.0 for no tasks."""
+    values = [pass_at_k(n, c, k) for n, c in counts]
+    return sum(values) / len(values) if values else 0.0
