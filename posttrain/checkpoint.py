@@ -257,10 +257,10 @@ def load_checkpoint(path: str | os.PathLike, *, model, optimizer=None, scheduler
 def _load_plain(model_dir: Path, model) -> None:
     from safetensors.torch import load_file
 
+    if (model_dir / "adapter_config.json").is_file():
+        raise CheckpointError(f"checkpoint {model_dir.parent} holds LoRA adapters: load it into a peft model")
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        if (model_dir / "adapter_config.json").is_file():
-            raise CheckpointError(f"checkpoint {model_dir.parent} holds LoRA adapters: load it into a peft model")
         raise CheckpointError(f"checkpoint {model_dir.parent} has no model weights (model/*.safetensors)")
     weights: dict[str, torch.Tensor] = {}
     for f in files:
@@ -282,11 +282,24 @@ def _load_plain(model_dir: Path, model) -> None:
 
 
 def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
+    """Let transformers read a layout it converts on save (e.g. v5 fused MoE experts); demand an exact match."""
+    where = model_dir.parent
+    try:
+        saved_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {where}: cannot read model/config.json: {_one_line(e)}") from None
+    if saved_type != getattr(model.config, "model_type", None):
+        raise CheckpointError(f"checkpoint {where} does not match the model: it holds a {saved_type!r} model, "
+                              f"not {model.config.model_type!r}")
     try:
         with _hf_quiet():
-            fresh = type(model).from_pretrained(model_dir, dtype=next(model.parameters()).dtype, device_map="cpu")
+            fresh, info = type(model).from_pretrained(model_dir, config=model.config, output_loading_info=True,
+                                                      dtype=next(model.parameters()).dtype, device_map="cpu")
     except Exception as e:
-        raise CheckpointError(f"checkpoint {model_dir.parent}: cannot read model weights: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint {where}: cannot read model weights: {_one_line(e)}") from None
+    bad = {k: sorted(v)[:3] for k, v in info.items() if k != "error_msgs" and v}
+    if bad or info.get("error_msgs"):
+        raise CheckpointError(f"checkpoint {where} does not match the model: {bad or info['error_msgs'][:1]}")
     return fresh.state_dict()
 
 
@@ -420,9 +433,32 @@ def _config_dict(config) -> dict:
     raise CheckpointError(f"checkpoint config must be a pydantic model or a dict, got {type(config).__name__}")
 
 
+class _WriteRecorder:
+    """File wrapper for torch.save: torch turns a failed write into 'unexpected pos'; keep the real OSError."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def _torch_save(obj, f: Path) -> None:
-    with open(f, "wb") as fh:  # a Python file object, so a full disk surfaces as OSError(ENOSPC)
-        torch.save(obj, fh)
+    with open(f, "wb") as fh:
+        rec = _WriteRecorder(fh)
+        try:
+            torch.save(obj, rec)
+        except Exception:
+            if rec.error is not None:
+                raise rec.error from None
+            raise
 
 
 def _write_text(f: Path, text: str) -> None:
