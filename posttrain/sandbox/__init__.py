@@ -76,6 +76,16 @@ class LocalSandbox:
         os.chmod(self._work_root, 0o711)  # the sandbox uid must traverse it to reach its own dir
         self._pool = Pool(self._execute, max_workers=max_workers or 1, max_queue=max_queue)
 
+    @property
+    def work_root(self) -> str:
+        """Host directory under which each run gets (and afterwards loses) its work dir."""
+        return self._work_root
+
+    @property
+    def sandbox_uid(self) -> int | None:
+        """Host uid the programs run as (None with isolation="none")."""
+        return getattr(self._isolation, "uid", None)
+
     def _execute(self, request: RunRequest) -> RunResult:
         if self.isolation == "none":
             log.warning('sandbox run with isolation="none": %s code runs unisolated', request.language)
