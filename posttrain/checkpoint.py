@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import json
+import numbers
 import os
 import random
 import re
@@ -93,8 +94,9 @@ def save_checkpoint(
     Each `extra` callback gets its own empty folder `<checkpoint>/<name>/` to write into
     (e.g. a replay buffer); read it back from `load_checkpoint(...)`'s path / name.
     """
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+    if not isinstance(step, numbers.Integral) or isinstance(step, bool) or step < 0:
         raise CheckpointError(f"checkpoint step must be a non-negative int, got {step!r}")
+    step = int(step)  # e.g. a numpy or tensor-derived int
     if keep_last < 1:
         raise CheckpointError(f"keep_last must be >= 1, got {keep_last}")
     root = Path(run_dir) / CHECKPOINTS

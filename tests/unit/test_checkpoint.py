@@ -10,6 +10,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -337,3 +338,29 @@ def test_converted_layout_moe_model_round_trips(tmp_path):
         load_checkpoint(path, model=AutoModelForCausalLM.from_config(Qwen2Config(
             vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
             num_key_value_heads=2)))
+
+
+def test_killed_mid_save_leaves_no_checkpoint_resume_would_use(tmp_path, tiny_model_dir):
+    """A process SIGKILLed while writing: the half-written folder is ignored, then cleaned by the next save."""
+    script = f"""
+import os, signal, sys, torch
+from transformers import AutoModelForCausalLM
+from posttrain.checkpoint import save_checkpoint
+model = AutoModelForCausalLM.from_pretrained({tiny_model_dir!r}, dtype=torch.float32)
+save_checkpoint({str(tmp_path)!r}, 1, model=model, state={{"cursor": 1}})
+def die(d):
+    (d / "half").write_bytes(b"x" * 1000)
+    os.kill(os.getpid(), signal.SIGKILL)
+save_checkpoint({str(tmp_path)!r}, 2, model=model, state={{"cursor": 2}}, extra={{"buffer": die}})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    root = tmp_path / "checkpoints"
+    leftovers = sorted(p.name for p in root.iterdir())
+    assert leftovers[0].startswith(".tmp-step-00000002-") and leftovers[1:] == ["step-00000001"]
+    assert (root / leftovers[0] / "model" / "model.safetensors").is_file()  # really half-written
+    assert latest_checkpoint(tmp_path) == root / "step-00000001"
+    model = _load(tiny_model_dir)
+    assert load_checkpoint(latest_checkpoint(tmp_path), model=model)["cursor"] == 1
+    save_checkpoint(tmp_path, 2, model=model)
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000001", "step-00000002"]
