@@ -6,7 +6,7 @@
 
 On a terminal (stderr is a TTY) it draws description, bar, completed/total, elapsed, ETA and the
 fields. When stderr is not a terminal (CI, `> log.txt`) it prints one plain line at every 10% of
-the total instead (no control characters). With enabled=False it prints nothing at all.
+the total (and at least once a minute) instead, without control characters. With enabled=False it prints nothing at all.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 LINE_EVERY_FRACTION = 0.10
+LINE_EVERY_SECONDS = 60.0  # long runs still show a sign of life in logs between 10% marks
 
 
 def format_fields(fields: dict[str, Any]) -> str:
@@ -75,27 +76,30 @@ class _RichBar(Bar):
 
 
 class _LineBar(Bar):
-    """Plain lines for logs: one at every LINE_EVERY_FRACTION of the total, and one at the end."""
+    """Plain lines for logs: at every LINE_EVERY_FRACTION of the total, every LINE_EVERY_SECONDS, and at the end."""
 
     def __init__(self, total: int, description: str, stream):
         super().__init__(total, description)
         self._stream = stream
         self._next_mark = LINE_EVERY_FRACTION
         self._last_printed = -1
+        self._last_time = self.started
 
     def _show(self) -> None:
-        if self.total <= 0:
-            return
-        frac = self.completed / self.total
-        if frac + 1e-12 >= self._next_mark:
+        due = time.monotonic() - self._last_time >= LINE_EVERY_SECONDS
+        if self.total > 0:
+            frac = self.completed / self.total
             while self._next_mark <= frac + 1e-12:
                 self._next_mark += LINE_EVERY_FRACTION
+                due = True
+        if due:
             self._print()
 
     def _print(self) -> None:
         if self.completed == self._last_printed:
             return
         self._last_printed = self.completed
+        self._last_time = time.monotonic()
         elapsed = time.monotonic() - self.started
         pct = f" ({100 * self.completed / self.total:.0f}%)" if self.total else ""
         eta = self.eta_seconds()

@@ -33,6 +33,7 @@ SKIP_DIRS = {"checkpoints", "tb", "wandb", "__pycache__"}
 STAGE_ORDER = ["base", "sft", "dpo", "rm", "rl", "eval"]
 PLOT_PRIORITY = ["loss", "eval_loss", "reward", "pass@", "eval", "lr", "grad_norm", "tokens_per_s", "time"]
 MAX_EVAL_BYTES = 50_000_000
+MAX_POINTS = 2000  # per curve; longer series are thinned (evenly, the last point kept)
 
 
 @dataclass
@@ -133,6 +134,16 @@ def metric_series(records: list[dict[str, Any]]) -> dict[str, tuple[list[int], l
     return {k: v for k, v in series.items() if k in numeric}
 
 
+def thin(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[list, list]:
+    if len(xs) <= max_points:
+        return xs, ys
+    stride = -(-len(xs) // max_points)
+    idx = list(range(0, len(xs), stride))
+    if idx[-1] != len(xs) - 1:
+        idx.append(len(xs) - 1)
+    return [xs[i] for i in idx], [ys[i] for i in idx]
+
+
 def group_metrics(keys: list[str]) -> list[tuple[str, list[str]]]:
     """Plot groups: `a/b` keys by the prefix before the last '/', `eval_X` with `X`, others alone; ordered."""
     keyset = set(keys)
@@ -220,7 +231,7 @@ def render_stage(stage: Stage) -> str:
     if rows:
         out.append(_table(["metric", "last", "min", "max", "points"], rows))
     groups = group_metrics(list(series))
-    imgs = [_img(line_plot({k: series[k] for k in keys}, title=name), name) for name, keys in groups[:MAX_PLOTS]]
+    imgs = [_img(line_plot({k: thin(*series[k]) for k in keys}, title=name), name) for name, keys in groups[:MAX_PLOTS]]
     out.append('<div class="plots">' + "".join(imgs) + "</div>")
     if len(groups) > MAX_PLOTS:
         rest = ", ".join(name for name, _ in groups[MAX_PLOTS:])

@@ -37,6 +37,15 @@ def test_end_line_when_stopped_early_and_zero_total(capsys):
     assert lines[1].startswith("empty: 3/0 ")
 
 
+def test_time_based_lines_for_long_runs(capsys, monkeypatch):
+    monkeypatch.setattr(progress, "LINE_EVERY_SECONDS", 0.0)
+    with progress_bar(total=1000, description="rl") as bar:
+        for _ in range(3):
+            bar.update(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["rl: 1/1000", "rl: 2/1000", "rl: 3/1000"]
+
+
 def test_disabled_prints_nothing(capsys):
     with progress_bar(total=10, description="sft", enabled=False) as bar:
         for _ in range(10):

@@ -170,3 +170,12 @@ def test_cli_report(pipeline_run, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     lines = [line for line in bad.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "missing does not exist" in lines[0]
+
+
+def test_thin_keeps_ends_and_bounds_points():
+    from posttrain.telemetry.report import thin
+
+    xs = list(range(10_001))
+    tx, ty = thin(xs, xs, max_points=2000)
+    assert len(tx) <= 2001 and tx[0] == 0 and tx[-1] == 10_000 and tx == ty
+    assert thin([1, 2], [3, 4]) == ([1, 2], [3, 4])
