@@ -1,11 +1,7 @@
 """One request, start to end: fresh work dir, compile (C/C++), run, classify, fetch files.
 
-Each command is started in its own session (so its whole process group can be killed)
-with stdin from an in-memory file, and its stdout/stderr drained incrementally: bytes past
-`output_limit_bytes` are dropped and the command is killed (OutputLimitExceeded). The wall
-clock is enforced from the host (SIGKILL to the process group; under bwrap that kills the
-sandbox's pid 1 and with it every process inside). The work dir's total size is polled
-while the command runs.
+How one command is started, drained, timed and killed is in process.py; the work dir and
+safe fetching in workdir.py; the isolation command line in isolation.py.
 
 How a status is decided, honestly:
 - TimeLimitExceeded: the host wall clock ran out, or the process died of SIGXCPU (CPU rlimit).
@@ -25,20 +21,16 @@ How a status is decided, honestly:
 from __future__ import annotations
 
 import math
-import os
 import re
-import selectors
 import signal
-import subprocess
-import time
 from dataclasses import dataclass
 
 from posttrain.sandbox.isolation import Limits, resolve, sandbox_env
+from posttrain.sandbox.process import Command, Outcome, run_command
 from posttrain.sandbox.types import CommandResult, RunRequest, RunResult, SandboxError, Status
 from posttrain.sandbox.workdir import (
     BINARY_NAME,
     SOURCE_NAMES,
-    disk_usage,
     fetch,
     make_work_dir,
     remove_work_dir,
@@ -56,8 +48,6 @@ _MEMORY_TEXT = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 _FSIZE_TEXT = re.compile(rb"File too large|File size limit exceeded")
-DISK_POLL_S = 0.1
-DRAIN_GRACE_S = 1.0  # after the process exits (or is killed), how long to wait for pipe EOF
 
 
 @dataclass(frozen=True)
@@ -98,158 +88,29 @@ class Settings:
     work_root: str | None = None  # where work dirs are made; default: a fresh temp dir
 
 
-def _signal_of(rc: int, raw_signal: int | None) -> int | None:
-    if raw_signal is not None:
-        return raw_signal
-    if rc > 128 and (rc - 128) in _FATAL:
-        return rc - 128
+def _signal_of(exit_code: int) -> int | None:
+    """The signal that ended the program: from the wait status, or bwrap's 128+N convention."""
+    if exit_code < 0:
+        return -exit_code
+    if exit_code > 128 and (exit_code - 128) in _FATAL:
+        return exit_code - 128
     return None
 
 
-def run_command(
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
-    stdin: bytes,
-    timeout: float,
-    output_limit: int,
-    memory_bytes: int,
-    work_dir: str,
-    disk_bytes: int,
-) -> tuple[CommandResult, list[str]]:
-    """Run one command to completion or until a limit; return its result and events."""
-    stdin_fd = os.memfd_create("stdin")
-    try:
-        view = memoryview(stdin)
-        while view:
-            view = view[os.write(stdin_fd, view) :]
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
-        start = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=stdin_fd, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-            )  # fmt: skip
-        except OSError as e:
-            raise SandboxError(f"could not start {argv[0]}: {e}") from e
-    finally:
-        os.close(stdin_fd)
-
-    cpu_at_kill = 0.0
-
-    def kill() -> None:
-        nonlocal cpu_at_kill
-        if proc.returncode is None and cpu_at_kill == 0.0:
-            cpu_at_kill = tree_cpu_seconds(proc.pid)  # killed processes are never reaped by us
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    pidfd = os.pidfd_open(proc.pid)
-    sel = selectors.DefaultSelector()
-    bufs: dict[int, bytearray] = {}
-    for pipe in (proc.stdout, proc.stderr):
-        assert pipe is not None
-        os.set_blocking(pipe.fileno(), False)
-        sel.register(pipe.fileno(), selectors.EVENT_READ)
-        bufs[pipe.fileno()] = bytearray()
-    sel.register(pidfd, selectors.EVENT_READ)
-    deadline = start + timeout
-    next_disk = start + DISK_POLL_S
-    exited_at: float | None = None
-    killed_for: str | None = None
-    try:
-        while len(sel.get_map()) > 0:
-            now = time.monotonic()
-            if exited_at is None and killed_for is None and now >= deadline:
-                killed_for = "time_limit"
-                kill()
-            if exited_at is not None and now - exited_at > DRAIN_GRACE_S:
-                break  # something outside a pid namespace (isolation="none") kept a pipe open
-            if exited_at is None and killed_for is None and now >= next_disk:
-                next_disk = now + DISK_POLL_S
-                if disk_usage(work_dir) > disk_bytes:
-                    killed_for = "disk_limit"
-                    kill()
-            if exited_at is not None or killed_for is not None:
-                wait = 0.05  # draining the last bytes (or waiting for the kill to land)
-            else:
-                wait = max(0.0, min(deadline, next_disk) - now)
-            for key, _ in sel.select(wait):
-                fd = key.fd
-                if fd == pidfd:
-                    sel.unregister(pidfd)
-                    exited_at = time.monotonic()
-                    continue
-                try:
-                    data = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    sel.unregister(fd)
-                    continue
-                buf = bufs[fd]
-                room = output_limit - len(buf)
-                buf += data[: max(room, 0)]
-                if len(data) > room and killed_for is None:
-                    killed_for = "output_limit"
-                    kill()
-    finally:
-        sel.close()
-        os.close(pidfd)
-        try:  # anything left in the group (only possible with isolation="none")
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        for pipe in (proc.stdout, proc.stderr):
-            assert pipe is not None
-            pipe.close()
-    wall = (exited_at or time.monotonic()) - start
-    cpu = max(usage.ru_utime + usage.ru_stime, cpu_at_kill)
-    rc = proc.returncode
-    sig = _signal_of(rc, -rc if rc < 0 else None)
-    if sig is not None:
-        rc = 128 + sig
-    stdout_b, stderr_b = (bytes(b) for b in bufs.values())  # registered stdout first
-    if killed_for is None and disk_usage(work_dir) > disk_bytes:
-        killed_for = "disk_limit"
-    status_, event = _classify(killed_for, rc, sig, stderr_b, usage.ru_maxrss * 1024, memory_bytes)
+def to_result(out: Outcome, memory_bytes: int) -> tuple[CommandResult, list[str]]:
+    """Decide the status of one finished command (see the module docstring)."""
+    sig = _signal_of(out.exit_code)
+    rc = 128 + sig if sig is not None else out.exit_code
+    status, event = _classify(out.killed_for, rc, sig, out.stderr, out.max_rss_bytes, memory_bytes)
     result = CommandResult(
-        status=status_,
-        return_code=None if killed_for in ("time_limit", "output_limit", "disk_limit") else rc,
-        stdout=stdout_b.decode("utf-8", errors="replace"),
-        stderr=stderr_b.decode("utf-8", errors="replace"),
-        wall_time=wall,
-        cpu_time=cpu,
+        status=status,
+        return_code=None if out.killed_for else rc,
+        stdout=out.stdout.decode("utf-8", errors="replace"),
+        stderr=out.stderr.decode("utf-8", errors="replace"),
+        wall_time=out.wall_time,
+        cpu_time=out.cpu_time,
     )
     return result, [event] if event else []
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of `root` and its live descendants (with what they reaped), from /proc."""
-    children: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2 :].split()
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += ticks.get(pid, 0)
-        todo += children.get(pid, [])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _classify(
@@ -272,45 +133,55 @@ def _classify(
     return Status.FINISHED, None
 
 
+def _argvs(lang: str, tools: Toolchain) -> tuple[list[str] | None, list[str]]:
+    """(compile argv or None, run argv), relative to the work dir."""
+    source = SOURCE_NAMES[lang]
+    if lang == "python":  # -E -s: no PYTHON* variables, no user site; -B: no .pyc in /work
+        return None, [tools.need("python"), "-E", "-s", "-B", source]
+    if lang == "bash":
+        return None, [tools.need("bash"), source]
+    if lang == "c":
+        return [tools.need("gcc"), "-O2", "-o", BINARY_NAME, source, "-lm"], ["./" + BINARY_NAME]
+    return [tools.need("gpp"), "-O2", "-std=c++17", "-o", BINARY_NAME, source], ["./" + BINARY_NAME]
+
+
 def execute(request: RunRequest, isolation, tools: Toolchain, settings: Settings, work_root: str) -> RunResult:
     """Validate, prepare a fresh work dir, compile if needed, run, fetch, clean up."""
     files, fetch_paths = validate(request)
-    lang = request.language
-    source = SOURCE_NAMES[lang]
-    if lang == "python":
-        run_argv = [tools.need("python"), "-E", "-s", "-B", source]
-    elif lang == "bash":
-        run_argv = [tools.need("bash"), source]
-    else:
-        run_argv = ["./" + BINARY_NAME]
-    compile_argv = None
-    if lang == "c":
-        compile_argv = [tools.need("gcc"), "-O2", "-o", BINARY_NAME, source, "-lm"]
-    elif lang == "cpp":
-        compile_argv = [tools.need("gpp"), "-O2", "-std=c++17", "-o", BINARY_NAME, source]
+    compile_argv, run_argv = _argvs(request.language, tools)
     memory = int(request.memory_limit_mb * (1 << 20))
-    work_dir = make_work_dir(work_root, source, request.code, files)
+    work_dir = make_work_dir(work_root, SOURCE_NAMES[request.language], request.code, files)
+    env = sandbox_env(work_dir, isolated=isolation.name != "none")
+
+    def command(argv: list[str], memory_bytes: int, timeout: float, stdin: bytes) -> tuple[CommandResult, list[str]]:
+        limits = Limits(
+            memory_bytes=memory_bytes,
+            cpu_seconds=int(math.ceil(timeout)) + 1,
+            nproc=settings.nproc,
+            fsize_bytes=settings.fsize_bytes,
+            nofile=settings.nofile,
+        )
+        full_argv, cwd = isolation.command(argv, work_dir, limits)
+        out = run_command(
+            Command(
+                argv=full_argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout,
+                output_limit=request.output_limit_bytes, work_dir=work_dir,
+                disk_bytes=settings.disk_bytes, pid_namespace=isolation.name != "none",
+            )
+        )  # fmt: skip
+        return to_result(out, memory_bytes)
+
     events: list[str] = []
     try:
         isolation.prepare_work_dir(work_dir)
-        env = sandbox_env(work_dir, isolated=isolation.name != "none")
         compiled = None
         if compile_argv is not None:
-            limits = _limits(max(memory, settings.compile_memory_bytes), request.compile_timeout, settings)
-            argv, cwd = isolation.command(compile_argv, work_dir, limits)
-            compiled, ev = run_command(
-                argv, cwd, env, b"", request.compile_timeout, request.output_limit_bytes,
-                limits.memory_bytes, work_dir, settings.disk_bytes,
-            )  # fmt: skip
+            compile_memory = max(memory, settings.compile_memory_bytes)
+            compiled, ev = command(compile_argv, compile_memory, request.compile_timeout, b"")
             events += ["compile_" + e for e in ev]
             if not (compiled.status is Status.FINISHED and compiled.return_code == 0):
                 return RunResult(compile=compiled, run=None, files={}, events=tuple(events))
-        limits = _limits(memory, request.run_timeout, settings)
-        argv, cwd = isolation.command(run_argv, work_dir, limits)
-        ran, ev = run_command(
-            argv, cwd, env, request.stdin.encode(), request.run_timeout,
-            request.output_limit_bytes, memory, work_dir, settings.disk_bytes,
-        )  # fmt: skip
+        ran, ev = command(run_argv, memory, request.run_timeout, request.stdin.encode())
         events += ev
         fetched: dict[str, bytes] = {}
         for path in fetch_paths:
@@ -322,13 +193,3 @@ def execute(request: RunRequest, isolation, tools: Toolchain, settings: Settings
         return RunResult(compile=compiled, run=ran, files=fetched, events=tuple(events))
     finally:
         remove_work_dir(work_dir)
-
-
-def _limits(memory_bytes: int, timeout: float, settings: Settings) -> Limits:
-    return Limits(
-        memory_bytes=memory_bytes,
-        cpu_seconds=int(math.ceil(timeout)) + 1,
-        nproc=settings.nproc,
-        fsize_bytes=settings.fsize_bytes,
-        nofile=settings.nofile,
-    )

@@ -17,7 +17,7 @@ import pytest
 
 from posttrain.sandbox import LocalSandbox, RunRequest, RunResult, Settings
 
-TEST_UID = 64123 if os.geteuid() == 0 else os.getuid()
+TEST_UID = 64124 if os.geteuid() == 0 else os.getuid()
 SMALL = Settings(fsize_bytes=8 << 20, disk_bytes=32 << 20)
 
 
