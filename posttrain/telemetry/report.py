@@ -3,9 +3,10 @@
 What it finds under run_dir (a stage dir, or a pipeline dir with stage subdirs base/, sft/, rl/, ...;
 checkpoints/, tb/, wandb/ and hidden folders are not searched):
 - a *stage* is run_dir or any subfolder holding metrics.jsonl or config.yaml: its resolved config
-  (collapsible), a summary table of every metric and curves of every numeric metric, grouped: keys
-  sharing a prefix (`reward/<domain>`, `pass@1/<domain>`, `time/<phase>`) share a plot, and `eval_X`
-  is drawn with `X`; at most MAX_PLOTS plots per stage (the summary table still lists the rest);
+  (collapsible), a summary table of every metric, and curves of every numeric metric with two or
+  more points, grouped: keys sharing a prefix (`reward/<domain>`, `pass@1/<domain>`, `time/<phase>`)
+  share a plot, and `eval_X` is drawn with `X`; at most MAX_PLOTS plots per stage (the summary table
+  still lists the rest);
 - an *eval* is any *.json with a top-level "domains" mapping (format: posttrain.eval.harness): one table
   each, and with several of them a pass@1 comparison table and a grouped bar chart by domain.
 All text from files is HTML-escaped.
@@ -31,7 +32,7 @@ MAX_PLOTS = 12
 REPORT_FILE = "report.html"
 SKIP_DIRS = {"checkpoints", "tb", "wandb", "__pycache__"}
 STAGE_ORDER = ["base", "sft", "dpo", "rm", "rl", "eval"]
-PLOT_PRIORITY = ["loss", "eval_loss", "reward", "pass@", "eval", "lr", "grad_norm", "tokens_per_s", "time"]
+PLOT_PRIORITY = [r"loss", r"eval_loss", r"reward", r"pass@\d+", r"eval(_.*)?", r"lr", r"grad_norm", r"tokens_per_s", r"time"]
 MAX_EVAL_BYTES = 50_000_000
 MAX_POINTS = 2000  # per curve; longer series are thinned (evenly, the last point kept)
 
@@ -158,8 +159,8 @@ def group_metrics(keys: list[str]) -> list[tuple[str, list[str]]]:
         groups.setdefault(name, []).append(key)
 
     def rank(name: str) -> tuple:
-        for i, p in enumerate(PLOT_PRIORITY):
-            if name == p or name.startswith(p):
+        for i, pattern in enumerate(PLOT_PRIORITY):
+            if re.fullmatch(pattern, name):
                 return (i, name)
         return (len(PLOT_PRIORITY), name)
 
@@ -210,7 +211,8 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def render_stage(stage: Stage) -> str:
-    out = [f"<h2>Stage: {_e(stage.name)}</h2>", f'<p class="meta">{_e(stage.path)}</p>']
+    kind = "Stage" if stage.has_metrics else "Config"
+    out = [f"<h2>{kind}: {_e(stage.name)}</h2>", f'<p class="meta">{_e(stage.path)}</p>']
     if stage.config is not None:
         out.append(f"<details><summary>Resolved config</summary><pre>{_e(stage.config)}</pre></details>")
     if not stage.has_metrics:
@@ -230,7 +232,9 @@ def render_stage(stage: Stage) -> str:
         rows.append([key, _fmt(last), _fmt(min(vals)), _fmt(max(vals)), str(len(vals))])
     if rows:
         out.append(_table(["metric", "last", "min", "max", "points"], rows))
-    groups = group_metrics(list(series))
+    # one-off facts (a count logged once at step 0) are in the table; curves need two points
+    curves = [k for k, (_, ys) in series.items() if sum(y is not None for y in ys) >= 2]
+    groups = group_metrics(curves)
     imgs = [_img(line_plot({k: thin(*series[k]) for k in keys}, title=name), name) for name, keys in groups[:MAX_PLOTS]]
     out.append('<div class="plots">' + "".join(imgs) + "</div>")
     if len(groups) > MAX_PLOTS:

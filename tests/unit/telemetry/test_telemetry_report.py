@@ -38,6 +38,7 @@ def pipeline_run(tmp_path):
             log.log(s, {"loss": 5.0 / (s + 1), "lr": 1e-3, "tokens_per_s": 1000.0 + s})
     save_config(BaseConfig(), run / "base")
     with MetricsLogger(run / "sft") as log:  # -> loss+eval_loss, reward/*, lr, grad_norm: 4 plots
+        log.log(0, {"train_examples": 270, "loss_tokens": 1000})  # one-off facts: table only, no plot
         for s in range(1, 31):
             m = {"loss": 2.0 / s, "lr": 3e-4, "grad_norm": float("nan") if s == 7 else 0.5,
                  "reward/arith": s / 30, "reward/chain": 0.5, "phase": "warmup"}
@@ -91,7 +92,8 @@ def test_pipeline_report(pipeline_run):
     assert "data/&lt;script&gt;alert(1)&lt;/script&gt;.jsonl" in html
     assert "<title>posttrain report — quick&lt;run&gt;</title>" in html
     # stages in pipeline order, each with its resolved config
-    assert [m for m in re.findall(r"<h2>Stage: (.*?)</h2>", html)] == ["quick&lt;run&gt;", "base", "sft"]
+    assert re.findall(r"<h2>(.*?)</h2>", html) == [
+        "Config: quick&lt;run&gt;", "Stage: base", "Stage: sft", "Evaluations"]
     assert html.count("<summary>Resolved config</summary>") == 3
     assert "row_tokens: 512" in html and "corpus_examples: 20000" in html
     # curves: base 3 + sft 4 + comparison bar chart 1
@@ -108,6 +110,7 @@ def test_pipeline_report(pipeline_run):
     # summary table of the sft stage: NaN logged as null is skipped, last values are right
     assert _rows(html, "grad_norm") == [["grad_norm", "0.5", "0.5", "0.5", "29"]]
     assert _rows(html, "eval_loss") == [["eval_loss", "0.0833", "0.0833", "0.25", "3"]]
+    assert _rows(html, "train_examples") == [["train_examples", "270", "270", "270", "1"]]
     assert "phase" not in re.sub(r"<pre>.*?</pre>", "", html, flags=re.S)  # text metrics are not plotted
     # one table per eval file, a comparison table; checkpoints/ and non-eval JSON are ignored
     assert re.findall(r"<h3>Eval: (.*?)</h3>", html) == ["base", "sft"]
@@ -148,10 +151,12 @@ def test_eval_only_dir_and_errors(tmp_path):
 
 
 def test_grouping_rules():
-    keys = ["lr", "loss", "eval_loss", "reward/a", "reward/b", "time/rollout", "time/update", "zeta", "eval_acc"]
+    keys = ["lr", "loss", "eval_loss", "reward/a", "reward/b", "time/rollout", "time/update", "zeta", "eval_acc",
+            "loss_tokens", "pass@4/x"]
     assert group_metrics(keys) == [
-        ("loss", ["loss", "eval_loss"]), ("reward", ["reward/a", "reward/b"]), ("eval_acc", ["eval_acc"]),
-        ("lr", ["lr"]), ("time", ["time/rollout", "time/update"]), ("zeta", ["zeta"])]
+        ("loss", ["loss", "eval_loss"]), ("reward", ["reward/a", "reward/b"]), ("pass@4", ["pass@4/x"]),
+        ("eval_acc", ["eval_acc"]), ("lr", ["lr"]), ("time", ["time/rollout", "time/update"]),
+        ("loss_tokens", ["loss_tokens"]), ("zeta", ["zeta"])]
 
 
 def test_plot_helpers_make_pngs():
