@@ -72,10 +72,10 @@ from posttrain.sandbox.types import SandboxError
 
 log = logging.getLogger(__name__)
 
-# pid 1: run the program with the original stderr, but keep the shell's own messages
-# ("Segmentation fault", "Killed") out of the program's stderr. bash applies a command's
-# redirections in the child (dash applies them in the parent, so its message would leak).
-INIT_SCRIPT = 'exec 3>&2 2>/dev/null; "$@" 2>&3 3>&-; exit $?'
+# pid 1: run the program in a subshell that drops the variables bash adds (PWD, SHLVL, _)
+# and restores the original stderr, so the shell's own messages ("Segmentation fault")
+# stay out of the program's stderr; then exit with the program's status.
+INIT_SCRIPT = 'exec 3>&2 2>/dev/null; (unset PWD OLDPWD SHLVL; exec "$@" 2>&3 3>&-); exit $?'
 WORK_DIR = "/work"  # where the run's directory appears inside the sandbox
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 INSTALL_HINT = (
