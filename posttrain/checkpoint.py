@@ -247,10 +247,14 @@ def load_checkpoint(path: str | os.PathLike, *, model, optimizer=None, scheduler
         _load_peft(path / "model", model)
     else:
         _load_plain(path / "model", model)
-    if optimizer is not None:
-        optimizer.load_state_dict(_torch_load(path / "optimizer.pt", path, "optimizer"))
-    if scheduler is not None:
-        scheduler.load_state_dict(_torch_load(path / "scheduler.pt", path, "scheduler"))
+    for what, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if obj is None:
+            continue
+        saved = _torch_load(path / f"{what}.pt", path, what)
+        try:
+            obj.load_state_dict(saved)
+        except (ValueError, KeyError, RuntimeError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {path}: saved {what} state does not fit this {what}: {_one_line(e)}") from None
     if restore_rng:
         _set_rng_state(_torch_load(path / "rng.pt", path, "RNG"))
     return state
@@ -321,6 +325,9 @@ def _load_peft(model_dir: Path, model) -> None:
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    if not (model_dir / "adapter_config.json").is_file() and (model_dir / "config.json").is_file():
+        raise CheckpointError(f"checkpoint {model_dir.parent} holds a full model, not LoRA adapters: "
+                              "load it into the plain model (before get_peft_model)")
     for name in model.peft_config:
         adir = model_dir if name == "default" else model_dir / name
         f = adir / "adapter_model.safetensors"

@@ -155,9 +155,27 @@ def test_mismatched_model_is_a_clear_error(tmp_path, tiny_model_dir, tiny_llama_
         load_checkpoint(path, model=model)
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "nope", model=model)
+    from peft import LoraConfig, get_peft_model
+
+    with pytest.raises(CheckpointError, match="holds a full model, not LoRA adapters"):
+        load_checkpoint(path, model=get_peft_model(_load(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"])))
+    opt_path = save_checkpoint(tmp_path, 3, model=model, optimizer=torch.optim.AdamW(model.parameters()))
+    two_groups = torch.optim.AdamW([{"params": [model.lm_head.weight]}, {"params": list(model.model.norm.parameters())}])
+    with pytest.raises(CheckpointError, match="saved optimizer state does not fit this optimizer"):
+        load_checkpoint(opt_path, model=model, optimizer=two_groups)
     with pytest.raises(CheckpointError, match="saved without one"):
         load_checkpoint(save_checkpoint(tmp_path, 2, model=model), model=model,
                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_bfloat16_weights_round_trip_exactly(tmp_path, tiny_model_dir):
+    model = _load(tiny_model_dir).to(torch.bfloat16)
+    with torch.no_grad():
+        model.model.norm.weight.add_(0.0123)  # not representable in fp32-rounded-from-file shortcuts
+    path = save_checkpoint(tmp_path, 1, model=model)
+    other = _load(tiny_model_dir).to(torch.bfloat16)
+    load_checkpoint(path, model=other)
+    _same_weights(model, other)
 
 
 def test_rng_state_round_trip(tmp_path, tiny_model_dir):
