@@ -314,9 +314,8 @@ def _tied_to_loaded(key: str, own: dict[str, torch.Tensor], weights: dict) -> bo
     t = own[key]
     if t.numel() == 0:
         return False
-    ptr = t.untyped_storage().data_ptr()
     return any(
-        k in weights and k != key and v.untyped_storage().data_ptr() == ptr and v.shape == t.shape
+        k in weights and k != key and v.data_ptr() == t.data_ptr() and v.shape == t.shape and v.stride() == t.stride()
         for k, v in own.items()
     )
 
