@@ -30,7 +30,8 @@ What this protects against (each has a hostile test in tests/sandbox/):
   mount escape would not make /root or /etc/shadow readable;
 - writing host files: everything but /work, /tmp and /dev/shm is read-only; /tmp and
   /dev/shm are private size-limited tmpfs; /work is a fresh host directory per run whose
-  total size is polled by the executor (see executor.py) and whose single files are capped
+  total size and entry count are polled while it runs (see process.py; between two polls a
+  fast writer can overshoot by what it writes in 0.1 s) and whose single files are capped
   by RLIMIT_FSIZE;
 - the network: a private network namespace with only its own loopback (no egress, no DNS,
   no access to services on the host's 127.0.0.1);
@@ -50,7 +51,8 @@ What it does NOT protect against:
 - fair use of shared resources: a run can saturate its CPU core, memory bandwidth, the disk
   bandwidth of the work dir, and page cache; RLIMIT_AS bounds virtual memory per process,
   not the sum over a run's processes (bounded by nproc x memory limit), and there is no
-  cgroup memory limit;
+  cgroup memory limit; the private /tmp and /dev/shm tmpfs (80 MiB by default) use host
+  memory that RLIMIT_AS does not count;
 - RLIMIT_NPROC counts per (user namespace, uid); on kernels before 5.14 it is shared by all
   runs of the same uid;
 - information that any unprivileged process can read: kernel version, CPU model, uptime,

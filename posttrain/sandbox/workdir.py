@@ -115,29 +115,50 @@ def remove_work_dir(path: str) -> None:
     shutil.rmtree(path, onerror=_retry)
 
 
-def disk_usage(path: str, max_entries: int = 20000) -> float:
-    """Bytes allocated under `path` (not following links); inf past `max_entries` entries."""
-    total = 0
+def disk_usage(path: str, max_entries: int = 20000, max_depth: int = 64) -> float:
+    """Bytes allocated under `path`; inf past `max_entries` entries or `max_depth` levels.
+
+    Runs while the program may be renaming things, so it walks by directory fds opened with
+    O_NOFOLLOW: a directory swapped for a symlink is skipped, never followed.
+    """
     seen = 0
-    stack = [path]
-    while stack:
+
+    def walk(dir_fd: int, depth: int) -> float:
+        nonlocal seen
+        if depth > max_depth:
+            return math.inf
+        total = 0.0
         try:
-            it = os.scandir(stack.pop())
+            with os.scandir(dir_fd) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > max_entries:
+                        return math.inf
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                        total += st.st_blocks * 512
+                        if stat.S_ISDIR(st.st_mode):
+                            fd = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                            try:
+                                total += walk(fd, depth + 1)
+                            finally:
+                                os.close(fd)
+                    except OSError:
+                        continue
+                    if total == math.inf:
+                        return total
         except OSError:
-            continue
-        with it:
-            for entry in it:
-                seen += 1
-                if seen > max_entries:
-                    return math.inf
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                total += st.st_blocks * 512
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-    return total
+            pass
+        return total
+
+    try:
+        root = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return 0
+    try:
+        return walk(root, 0)
+    finally:
+        os.close(root)
 
 
 def fetch(work_dir: str, rel: str, max_bytes: int) -> bytes | None | str:

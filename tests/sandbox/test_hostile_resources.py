@@ -167,6 +167,13 @@ def test_filling_the_disk_with_many_files_hits_the_work_dir_quota(run, host, san
     host.check()
 
 
+def test_inode_flood_of_empty_files_hits_the_work_dir_quota(run, host):
+    r = run("import os\nos.mkdir('d')\ni = 0\nwhile True:\n    open(f'd/{i}', 'w').close()\n    i += 1\n", run_timeout=10)
+    assert r.run.status is Status.OUTPUT_LIMIT and "disk_limit" in r.events
+    assert r.run.wall_time < 5
+    host.check()
+
+
 def test_filling_tmp_stops_at_the_private_tmpfs_size(run, host):
     code = (
         "import errno\nn = 0\ntry:\n    for i in range(1000):\n"

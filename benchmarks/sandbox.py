@@ -1,0 +1,85 @@
+"""Sandbox throughput and latency: isolated runs of a short Python program vs plain subprocesses.
+
+    python benchmarks/sandbox.py [--runs 200] [--latency-runs 60] [--workers N]
+
+Latency: one run at a time, end to end (request in, result out). Throughput: `--runs`
+requests pushed through the sandbox's bounded pool by 2 x workers client threads. The floor
+is the same program, started the same way (absolute interpreter, -E -s -B, a file in a
+fresh directory), as a plain unisolated subprocess. Every result is checked. The last line
+is `result: isolated runs/s = X (target >= 50)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from posttrain.sandbox import LocalSandbox, RunRequest  # noqa: E402
+from posttrain.sandbox.executor import Toolchain  # noqa: E402
+from posttrain.sandbox.pool import percentile  # noqa: E402
+
+CODE = "print(sum(range(1000)))"
+EXPECTED = "499500\n"
+
+
+def plain_run(python: str) -> float:
+    start = time.monotonic()
+    work = tempfile.mkdtemp(prefix="bench-plain-")
+    try:
+        with open(os.path.join(work, "main.py"), "w") as f:
+            f.write(CODE)
+        out = subprocess.run([python, "-E", "-s", "-B", "main.py"], cwd=work, capture_output=True, text=True)
+        assert out.stdout == EXPECTED, out
+    finally:
+        shutil.rmtree(work)
+    return time.monotonic() - start
+
+
+def isolated_run(sandbox: LocalSandbox) -> float:
+    start = time.monotonic()
+    r = sandbox.run(RunRequest(code=CODE, run_timeout=10))
+    assert r.ok and r.run.stdout == EXPECTED, r
+    return time.monotonic() - start
+
+
+def measure(one, runs: int, latency_runs: int, workers: int) -> tuple[float, float, float]:
+    """(runs per second under load, p50 latency s, p99 latency s)."""
+    for _ in range(3):
+        one()  # warm the page cache
+    lat = [one() for _ in range(latency_runs)]
+    start = time.monotonic()
+    with ThreadPoolExecutor(2 * workers) as ex:
+        list(ex.map(lambda _: one(), range(runs)))
+    return runs / (time.monotonic() - start), percentile(lat, 50), percentile(lat, 99)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--latency-runs", type=int, default=60)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args()
+    python = Toolchain.find().need("python")
+    with LocalSandbox(max_workers=args.workers, max_queue=4 * args.workers) as sandbox:
+        plain = measure(lambda: plain_run(python), args.runs, args.latency_runs, args.workers)
+        iso = measure(lambda: isolated_run(sandbox), args.runs, args.latency_runs, args.workers)
+        m = sandbox.metrics()
+    print(f"program: {CODE!r} with {python}; {args.workers} workers on {os.cpu_count()} cores")
+    print(f"{'mode':<10} {'runs/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, (rate, p50, p99) in (("plain", plain), ("isolated", iso)):
+        print(f"{name:<10} {rate:>8.1f} {p50 * 1e3:>8.1f} {p99 * 1e3:>8.1f}")
+    print(f"sandbox queue wait p50 {m['queue_wait_s_p50'] * 1e3:.1f} ms, run p50 {m['run_s_p50'] * 1e3:.1f} ms")
+    print(f"overhead at p50: {(iso[1] - plain[1]) * 1e3:.1f} ms (target <= 20 ms)")
+    print(f"result: isolated runs/s = {iso[0]:.1f} (target >= 50)")
+
+
+if __name__ == "__main__":
+    main()
