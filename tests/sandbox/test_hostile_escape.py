@@ -248,3 +248,13 @@ def test_compiling_cannot_include_host_secrets(run, host):
     assert "No such file or directory" in r.compile.stderr and host.secret not in r.compile.stderr
     assert r.run is None
     host.check()
+
+
+def test_sandboxed_python_sees_no_host_venv(run, host):
+    code = "import sys\nprint(sys.executable)\nprint(sys.path)\ntry:\n    import torch\nexcept ImportError:\n    print('no torch')\n"
+    r = run(code)
+    assert r.run.status is Status.FINISHED and r.run.return_code == 0
+    exe, path, torch = r.run.stdout.splitlines()
+    assert exe.startswith("/usr/") and torch == "no torch"
+    assert ".venv" not in path and ".pyenv" not in path and "/root" not in path
+    host.check()
