@@ -83,6 +83,7 @@ class Settings:
     compile_memory_bytes: int = 2 << 30  # compilers get at least this much address space
     fsize_bytes: int = 64 << 20  # largest single file a program may write
     disk_bytes: int = 256 << 20  # total size of the work dir
+    disk_entries: int = 20000  # files and directories in the work dir
     nproc: int = 64
     nofile: int = 256
     work_root: str | None = None  # where work dirs are made; default: a fresh temp dir
@@ -166,7 +167,8 @@ def execute(request: RunRequest, isolation, tools: Toolchain, settings: Settings
             Command(
                 argv=full_argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout,
                 output_limit=request.output_limit_bytes, work_dir=work_dir,
-                disk_bytes=settings.disk_bytes, pid_namespace=isolation.name != "none",
+                disk_bytes=settings.disk_bytes, disk_entries=settings.disk_entries,
+                pid_namespace=isolation.name != "none",
             )
         )  # fmt: skip
         return to_result(out, memory_bytes)

@@ -40,10 +40,12 @@ What this protects against (each has a hostile test in tests/sandbox/):
 - leftovers: when the program's main process exits or the wall clock runs out, the pid
   namespace is torn down, so double-forked daemons die with it;
 - privilege escalation: no capabilities, no_new_privs, no nested user namespaces, setuid
-  binaries do not gain privileges (root is not mapped inside), empty environment;
+  binaries do not gain privileges (root is not mapped inside); the environment is cleared
+  (only PATH, HOME, LANG, TMPDIR and MALLOC_ARENA_MAX are set), so no host secret in an
+  environment variable reaches the program;
 - resource exhaustion inside one run: address space (memory), CPU seconds, processes and
-  threads, open files, file size, core dumps are limited with rlimits; wall clock is
-  enforced from the host by killing the whole process group.
+  threads, open files, file size, core dumps are limited with rlimits; the wall clock is
+  enforced from the host by killing the sandbox's pid 1 (and with it the whole namespace).
 
 What it does NOT protect against:
 - kernel exploits (bwrap shares the host kernel; there is no seccomp filter) and hardware
@@ -143,12 +145,12 @@ class BwrapIsolation:
     ) -> None:
         self.bwrap = shutil.which(bwrap) or ""
         if not self.bwrap:
-            raise SandboxError(f"bubblewrap not found ({bwrap!r} is not on PATH): {INSTALL_HINT}")
+            raise SandboxError(f"bubblewrap not found ({bwrap!r} is not an executable on PATH): {INSTALL_HINT}")
         self.prlimit = resolve("prlimit", ("/usr/bin/prlimit",))
         if self.prlimit is None:
             raise SandboxError("prlimit not found: install util-linux (`apt-get install util-linux`)")
-        self.sh = resolve("bash", ("/usr/bin/bash", "/bin/bash"))
-        if self.sh is None:
+        self.init_shell = resolve("bash", ("/usr/bin/bash", "/bin/bash"))
+        if self.init_shell is None:
             raise SandboxError("bash not found; the sandbox runs it as its pid 1 (`apt-get install bash`)")
         self.as_root = os.geteuid() == 0
         self.setpriv = resolve("setpriv", ("/usr/bin/setpriv",)) if self.as_root else None
@@ -222,17 +224,17 @@ class BwrapIsolation:
             "--remount-ro", "/",
             "--",
         ]  # fmt: skip
-        init = [self.sh, "-c", INIT_SCRIPT, "sandbox-init"]
+        init = [self.init_shell, "-c", INIT_SCRIPT, "sandbox-init"]
         return cmd + init + limits.prlimit_args(self.prlimit) + argv, "/"
 
     def prepare_work_dir(self, path: str) -> None:
         """Give the work dir (and everything written into it) to the sandbox uid."""
         if not self.as_root:
             return
-        for root, dirs, files in os.walk(path):
-            os.chown(root, self.uid, self.gid)
+        for root, _dirs, files in os.walk(path):
+            os.chown(root, self.uid, self.gid, follow_symlinks=False)
             for name in files:
-                os.chown(os.path.join(root, name), self.uid, self.gid)
+                os.chown(os.path.join(root, name), self.uid, self.gid, follow_symlinks=False)
 
     def check(self) -> None:
         """Start one trivial sandbox; raise SandboxError with bwrap's own words if it fails."""

@@ -38,7 +38,8 @@ class Command:
     timeout: float  # seconds, wall clock
     output_limit: int  # bytes per stream
     work_dir: str  # host path of the work dir, for the disk quota
-    disk_bytes: int  # quota of the work dir
+    disk_bytes: int  # quota of the work dir: bytes ...
+    disk_entries: int  # ... and files + directories
     pid_namespace: bool  # kill through the sandbox's pid 1 (bwrap) or the process group
 
 
@@ -123,9 +124,11 @@ def run_command(cmd: Command) -> Outcome:
 
     def kill(reason: str) -> None:
         nonlocal killed_for, killed_at, cpu_at_kill
-        if killed_for is not None or exited_at is not None:
+        if killed_for is not None:
             return
         killed_for, killed_at = reason, time.monotonic()
+        if exited_at is not None:
+            return  # already gone (e.g. output past the cap still in the pipe): verdict only
         cpu_at_kill, children = tree_snapshot(proc.pid)
         if cmd.pid_namespace and children:
             for child in children:  # the sandbox's pid 1; bwrap reaps it and exits
@@ -143,7 +146,7 @@ def run_command(cmd: Command) -> Outcome:
                     _signal(proc.pid, group=True)  # bwrap did not go away by itself
                 if killed_for is None and now >= next_disk:
                     next_disk = now + DISK_POLL_S
-                    if disk_usage(cmd.work_dir) > cmd.disk_bytes:
+                    if disk_usage(cmd.work_dir, cmd.disk_entries) > cmd.disk_bytes:
                         kill("disk_limit")
             elif now - exited_at > DRAIN_GRACE_S:
                 break  # a process outside any pid namespace (isolation="none") holds a pipe
@@ -177,7 +180,7 @@ def run_command(cmd: Command) -> Outcome:
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stdout.close()
         proc.stderr.close()
-    if killed_for is None and disk_usage(cmd.work_dir) > cmd.disk_bytes:
+    if killed_for is None and disk_usage(cmd.work_dir, cmd.disk_entries) > cmd.disk_bytes:
         killed_for = "disk_limit"  # written faster than one poll interval
     return Outcome(
         exit_code=proc.returncode,

@@ -18,7 +18,7 @@ import pytest
 from posttrain.sandbox import LocalSandbox, RunRequest, RunResult, Settings
 
 TEST_UID = 64124 if os.geteuid() == 0 else os.getuid()
-SMALL = Settings(fsize_bytes=8 << 20, disk_bytes=32 << 20)
+SMALL = Settings(fsize_bytes=8 << 20, disk_bytes=32 << 20, disk_entries=2000)
 
 
 def processes_of(uid: int) -> list[tuple[int, str]]:

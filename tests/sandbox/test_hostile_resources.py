@@ -207,6 +207,13 @@ def test_stdout_flood_is_capped_and_killed(run, host):
     host.check()
 
 
+def test_output_burst_just_before_exit_is_still_over_the_limit(run, host):
+    r = run("import os\nos.write(1, b'q' * 60000)\nos._exit(0)", output_limit_bytes=1000)
+    assert r.run.status is Status.OUTPUT_LIMIT and r.run.stdout == "q" * 1000
+    assert r.run.return_code is None and "output_limit" in r.events
+    host.check()
+
+
 def test_stderr_flood_is_capped_and_killed(run, host):
     r = run("#include <stdio.h>\nint main(void){ for(;;) fputs(\"zzzzzzzz\", stderr); }", language="c", output_limit_bytes=5000)
     assert r.run.status is Status.OUTPUT_LIMIT and r.run.stderr == "z" * 5000
