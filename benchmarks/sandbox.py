@@ -7,12 +7,17 @@ requests pushed through the sandbox's bounded pool by 2 x workers client threads
 is the same program, started the same way (absolute interpreter, -E -s -B, a file in a
 fresh directory), as a plain unisolated subprocess. Every result is checked. The last line
 is `result: isolated runs/s = X (target >= 50)`.
+
+The table also shows the CPU each run costs (all processes of the run, plus this process's
+share) and the rate that cost allows on idle cores, since a shared machine's other load
+lowers the measured rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -50,15 +55,24 @@ def isolated_run(sandbox: LocalSandbox) -> float:
     return time.monotonic() - start
 
 
-def measure(one, runs: int, latency_runs: int, workers: int) -> tuple[float, float, float]:
-    """(runs per second under load, p50 latency s, p99 latency s)."""
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU of reaped child processes, CPU of this process) so far."""
+    kids, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+    return kids.ru_utime + kids.ru_stime, me.ru_utime + me.ru_stime
+
+
+def measure(one, runs: int, latency_runs: int, workers: int) -> tuple[float, float, float, float, float]:
+    """(runs/s under load, p50 latency s, p99 latency s, child CPU s per run, own CPU s per run)."""
     for _ in range(3):
         one()  # warm the page cache
     lat = [one() for _ in range(latency_runs)]
+    kids0, me0 = cpu_seconds()
     start = time.monotonic()
     with ThreadPoolExecutor(2 * workers) as ex:
         list(ex.map(lambda _: one(), range(runs)))
-    return runs / (time.monotonic() - start), percentile(lat, 50), percentile(lat, 99)
+    rate = runs / (time.monotonic() - start)
+    kids1, me1 = cpu_seconds()
+    return rate, percentile(lat, 50), percentile(lat, 99), (kids1 - kids0) / runs, (me1 - me0) / runs
 
 
 def main() -> None:
@@ -68,14 +82,18 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args()
     python = Toolchain.find().need("python")
+    load_before = os.getloadavg()[0]
     with LocalSandbox(max_workers=args.workers, max_queue=4 * args.workers) as sandbox:
         plain = measure(lambda: plain_run(python), args.runs, args.latency_runs, args.workers)
         iso = measure(lambda: isolated_run(sandbox), args.runs, args.latency_runs, args.workers)
         m = sandbox.metrics()
     print(f"program: {CODE!r} with {python}; {args.workers} workers on {os.cpu_count()} cores")
-    print(f"{'mode':<10} {'runs/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
-    for name, (rate, p50, p99) in (("plain", plain), ("isolated", iso)):
-        print(f"{name:<10} {rate:>8.1f} {p50 * 1e3:>8.1f} {p99 * 1e3:>8.1f}")
+    print(f"load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f} (other work on this machine)")
+    print(f"{'mode':<10} {'runs/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/run':>11} {'max runs/s if idle':>19}")
+    for name, (rate, p50, p99, kids, me) in (("plain", plain), ("isolated", iso)):
+        cpu = kids + me  # programs and the sandbox tree, plus this process's own share
+        ceiling = (os.cpu_count() or 1) / cpu if cpu else float("inf")
+        print(f"{name:<10} {rate:>8.1f} {p50 * 1e3:>8.1f} {p99 * 1e3:>8.1f} {cpu * 1e3:>11.1f} {ceiling:>19.1f}")
     print(f"sandbox queue wait p50 {m['queue_wait_s_p50'] * 1e3:.1f} ms, run p50 {m['run_s_p50'] * 1e3:.1f} ms")
     print(f"overhead at p50: {(iso[1] - plain[1]) * 1e3:.1f} ms (target <= 20 ms)")
     print(f"result: isolated runs/s = {iso[0]:.1f} (target >= 50)")
