@@ -73,6 +73,12 @@ class BaseConfig(Strict):
     max_steps: int = Field(2000, gt=0)
     max_seconds: float = Field(180.0, gt=0)  # pretraining stops at whichever comes first
     seed: int = 0
+    # per-domain reasoning-gym options for part of the corpus (e.g. {"chain_sum": {"max_terms": 3}}):
+    # corpus_easy_fraction of the documents use them, the rest the datasets' defaults
+    corpus_options: dict[str, dict[str, Any]] = {}
+    corpus_easy_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    split_digits: bool = True  # tokenize numbers digit by digit (helps arithmetic)
+    probe_tasks: int = Field(32, ge=0)  # held-out tasks per domain for the raw-text accuracy probe
     logging: LoggingConfig = LoggingConfig()
 
 

@@ -182,8 +182,10 @@ def held_out_questions(domain: str, config_key: str) -> frozenset[str]:
 
 
 def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | None = None) -> list[Task]:
-    """`n` tasks from seeds `seed, seed+1, ...` (all below EVAL_SEED_START), skipping held-out questions."""
-    held_out = held_out_questions(domain, _config_key(domain, config))
+    """`n` tasks from seeds `seed, seed+1, ...` (all below EVAL_SEED_START), skipping held-out questions:
+    those of the first eval items with the domain's default options, which is what `posttrain eval`
+    runs (with `config`, e.g. easier settings, the tasks differ but must still avoid those questions)."""
+    held_out = held_out_questions(domain, _config_key(domain, None))
     out: list[Task] = []
     start, want = seed, n
     while len(out) < n:

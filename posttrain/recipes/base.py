@@ -1,0 +1,297 @@
+"""`posttrain base`: the embedded default base model, built on a CPU in minutes.
+
+    corpus    reasoning-gym questions of cfg.domains (training seeds, held-out questions skipped)
+              as plain documents  "Question: ...\\nSolution: <steps>\\nAnswer: X"  — not chat:
+              SFT teaches the chat format later. cfg.wrong_fraction of them carry a plausible
+              wrong solution (a slipped step), so the base's skill is latent but unreliable.
+    tokenizer local byte-level BPE on the corpus, with the ChatML template (build_tokenizer)
+    model     a tiny Qwen2/Llama (make_tiny_model), causal-LM pretraining on packed contiguous
+              chunks of cfg.seq_len tokens (documents joined by <|endoftext|>), AdamW, warmup +
+              cosine, until cfg.max_steps or cfg.max_seconds, whichever comes first
+    output    out_dir/model (HF layout), out_dir/metrics.jsonl, out_dir/config.yaml, out_dir/base.json
+
+Cache: the weights depend only on the fields in `weights_key`; a finished base lives in
+cache_dir/<key>/ and a later run with the same key copies it in seconds. An entry is built
+under a temporary name and renamed when complete, so a crash never leaves a usable partial.
+(The time limit makes a build machine-dependent; the cache pins the first result.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from posttrain.config import BaseConfig, save_config
+from posttrain.errors import ConfigError, PosttrainError
+from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, split_count, training_tasks
+from posttrain.tasks.worked import worked_steps, wrong_steps
+from posttrain.telemetry.metrics import MetricsLogger
+from posttrain.telemetry.progress import progress_bar
+from posttrain.types import Task
+
+CORPUS_VERSION = 1  # bump when the corpus format or the training loop changes the weights
+BASE_SEED_OFFSET = 500_000  # the base corpus comes from seeds 500_000 + cfg.seed ... (SFT uses 0 ...)
+NOT_WEIGHTS = {"out_dir", "cache_dir", "logging", "probe_tasks"}
+LOG_EVERY = 10
+INFO_FILE = "base.json"
+
+
+# ---------------------------------------------------------------- corpus
+
+
+def document(question: str, steps: str, answer: str) -> str:
+    solution = f"Solution: {steps}\n" if steps else "Solution:\n"
+    return f"Question: {question.strip()}\n{solution}Answer: {answer}"
+
+
+def probe_prompt(question: str) -> str:
+    """The raw-text prompt whose completion shows the base's skill."""
+    return f"Question: {question.strip()}\nSolution:"
+
+
+def build_corpus(cfg: BaseConfig) -> list[str]:
+    """cfg.corpus_examples documents over cfg.domains, shuffled; a seeded share of them wrong.
+
+    cfg.corpus_easy_fraction of each domain's documents use cfg.corpus_options[domain]
+    (easier settings give the base something it can learn in minutes)."""
+    seed = BASE_SEED_OFFSET + cfg.seed
+    counts = split_count(cfg.corpus_examples, len(cfg.domains))
+    if seed + max(counts) * 2 > EVAL_SEED_START:
+        raise ConfigError(f"base: seed {cfg.seed} with {cfg.corpus_examples} examples reaches eval seeds")
+    unknown = set(cfg.corpus_options) - set(cfg.domains)
+    if unknown:
+        raise ConfigError(f"base.corpus_options: {sorted(unknown)} not in base.domains {cfg.domains}")
+    rng = random.Random(cfg.seed)
+    tasks: list[Task] = []
+    for domain, count in zip(cfg.domains, counts):
+        options = cfg.corpus_options.get(domain)
+        easy = round(count * cfg.corpus_easy_fraction) if options else 0
+        if easy:
+            tasks += training_tasks(domain, easy, seed, config=options)
+        if count - easy:
+            tasks += training_tasks(domain, count - easy, seed)
+    rng.shuffle(tasks)
+    return [_doc_for(task, rng, cfg.wrong_fraction) for task in tasks]
+
+
+def _doc_for(task: Task, rng: random.Random, wrong_fraction: float) -> str:
+    entry = task.reference
+    if rng.random() < wrong_fraction:
+        steps, answer = wrong_steps(task.domain, entry, rng)
+    else:
+        steps, answer = worked_steps(task.domain, entry), str(entry["answer"])
+    return document(entry["question"], steps, answer)
+
+
+def make_tokenizer(docs: list[str], vocab_size: int, split_digits: bool):
+    """build_tokenizer on the corpus; with split_digits every digit becomes its own token."""
+    from tokenizers import pre_tokenizers
+
+    from posttrain.train.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(docs, vocab_size)
+    if split_digits:
+        backend = tokenizer.backend_tokenizer
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), backend.pre_tokenizer]
+        )
+    return tokenizer
+
+
+def pack(docs: list[str], tokenizer, seq_len: int) -> torch.Tensor:
+    """Token ids of all documents joined by the pad/<|endoftext|> token, cut into [N, seq_len] rows."""
+    sep = tokenizer.pad_token_id
+    ids: list[int] = []
+    for enc in tokenizer(docs, add_special_tokens=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(sep)
+    rows = len(ids) // seq_len
+    if rows == 0:
+        raise ConfigError(f"base: the corpus has {len(ids)} tokens, fewer than seq_len={seq_len}")
+    return torch.tensor(ids[: rows * seq_len], dtype=torch.long).view(rows, seq_len)
+
+
+# ---------------------------------------------------------------- training
+
+
+def lr_factor(progress: float, warmup: float = 0.05, min_ratio: float = 0.1) -> float:
+    """Linear warmup over the first `warmup` of training, then cosine down to min_ratio."""
+    progress = min(max(progress, 0.0), 1.0)
+    if progress < warmup:
+        return progress / warmup
+    t = (progress - warmup) / (1.0 - warmup)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) -> dict:
+    """Causal-LM training on random batches of packed rows; returns {steps, tokens_per_s, loss, seconds}."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optim = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    model.train()
+    start = time.monotonic()
+    order = torch.randperm(rows.shape[0], generator=gen)
+    cursor, step, tokens, ema, value, lr = 0, 0, 0, None, float("nan"), cfg.lr
+    with progress_bar(cfg.max_steps, "base", enabled=cfg.logging.progress) as bar:
+        while step < cfg.max_steps and time.monotonic() - start < cfg.max_seconds:
+            if cursor + cfg.batch_size > len(order):
+                order, cursor = torch.randperm(rows.shape[0], generator=gen), 0
+            batch = rows[order[cursor : cursor + cfg.batch_size]]
+            cursor += cfg.batch_size
+            # the schedule follows whichever limit is nearer, so a time-limited run still anneals
+            progress = max(step / cfg.max_steps, (time.monotonic() - start) / cfg.max_seconds)
+            lr = cfg.lr * lr_factor(progress)
+            for group in optim.param_groups:
+                group["lr"] = lr
+            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+            if not torch.isfinite(loss):
+                raise PosttrainError(f"base: non-finite loss at step {step}; try a lower lr (now {cfg.lr})")
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            step += 1
+            tokens += batch.numel()
+            value = loss.item()
+            ema = value if ema is None else 0.9 * ema + 0.1 * value
+            elapsed = time.monotonic() - start
+            if step % LOG_EVERY == 0 or step == 1:
+                logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed})
+            bar.update(1, loss=ema)
+    elapsed = max(time.monotonic() - start, 1e-9)
+    if step % LOG_EVERY != 0 and step != 1:
+        logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed})
+    return {"steps": step, "tokens": tokens, "tokens_per_s": tokens / elapsed, "final_loss": ema, "seconds": elapsed}
+
+
+# ---------------------------------------------------------------- probe
+
+
+def probe(model, tokenizer, domains: list[str], n: int, seed: int = EVAL_SEED_START) -> dict[str, float]:
+    """Accuracy of the raw-text completion of `Question: ...\\nSolution:` on n held-out tasks per domain."""
+    from posttrain.eval.generate import generate
+    from posttrain.tasks.reasoning_gym import make_tasks, score
+
+    out = {}
+    for domain in domains:
+        tasks = make_tasks(domain, n, seed)
+        gens = generate(model, tokenizer, [probe_prompt(t.reference["question"]) for t in tasks],
+                        max_new_tokens=96, eos_token_ids=[tokenizer.pad_token_id, tokenizer.eos_token_id])
+        texts = [g[0].text.split("\nQuestion:")[0] for g in gens]
+        out[domain] = sum(score(t, text) >= 1.0 for t, text in zip(tasks, texts)) / n
+    return out
+
+
+# ---------------------------------------------------------------- cache + entry point
+
+
+def weights_key(cfg: BaseConfig) -> str:
+    fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_WEIGHTS}
+    fields["corpus_version"] = CORPUS_VERSION
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _build(cfg: BaseConfig, entry: Path) -> dict:
+    """Build the base into `entry` (a fresh temp dir); metrics go to cfg.out_dir as it trains."""
+    from posttrain.train.tiny import make_tiny_model, save_model
+
+    t0 = time.monotonic()
+    docs = build_corpus(cfg)
+    tokenizer = make_tokenizer(docs, cfg.vocab_size, cfg.split_digits)
+    rows = pack(docs, tokenizer, cfg.seq_len)
+    model = make_tiny_model(
+        tokenizer, family=cfg.family, seed=cfg.seed, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+    )
+    out_dir = Path(cfg.out_dir)
+    _set_aside(out_dir / "metrics.jsonl")
+    logger = MetricsLogger(out_dir, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"))
+    try:
+        stats = pretrain(model, rows, cfg, logger)
+    finally:
+        logger.close()
+    info = {
+        "key": weights_key(cfg),
+        "params": sum(p.numel() for p in model.parameters()),
+        "corpus_documents": len(docs),
+        "corpus_tokens": int(rows.numel()),
+        **stats,
+        "probe_accuracy": probe(model, tokenizer, cfg.domains, cfg.probe_tasks) if cfg.probe_tasks else {},
+        "build_seconds": time.monotonic() - t0,
+    }
+    save_model(model, tokenizer, entry / "model")
+    shutil.copy2(out_dir / "metrics.jsonl", entry / "metrics.jsonl")
+    (entry / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _complete(entry: Path) -> bool:
+    return (entry / INFO_FILE).is_file() and (entry / "model" / "config.json").is_file()
+
+
+def _set_aside(path: Path) -> None:
+    """An earlier run's file in out_dir is kept as <name>.prev, never silently overwritten."""
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".prev"))
+
+
+def _copy_dir(src: Path, dst: Path) -> None:
+    """Replace dst by a copy of src; dst is only swapped in once the copy is complete."""
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+
+
+def run(cfg: BaseConfig) -> Path:
+    """Build (or reuse from the cache) the base; returns out_dir/model."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    for domain in cfg.domains:
+        check_domain(domain)
+    out_dir, cache = Path(cfg.out_dir), Path(cfg.cache_dir)
+    key = weights_key(cfg)
+    entry = cache / key
+    if _complete(entry):
+        console.print(f"[dim]base: reusing cached {entry}[/]")
+        if not (out_dir / "metrics.jsonl").exists() and (entry / "metrics.jsonl").exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(entry / "metrics.jsonl", out_dir / "metrics.jsonl")
+    else:
+        tmp = cache / f".{key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            info = _build(cfg, tmp)
+            if not _complete(entry):  # (another process may have finished the same key meanwhile)
+                shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by an old crash
+                os.replace(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        console.print(
+            f"base: {info['params'] / 1e6:.2f}M params, {info['steps']} steps, {info['tokens_per_s']:.0f} tokens/s, "
+            f"loss {info['final_loss']:.3f}, {info['seconds']:.0f}s; probe accuracy {info['probe_accuracy']}"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _copy_dir(entry / "model", out_dir / "model")
+    shutil.copy2(entry / INFO_FILE, out_dir / INFO_FILE)
+    save_config(cfg, out_dir)
+    return out_dir / "model"
