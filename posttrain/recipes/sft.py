@@ -3,11 +3,11 @@
     final_dir = run(cfg)                # cfg: SFTConfig; returns cfg.out_dir/final
     final_dir = run(cfg, resume=True)   # continue from the newest complete checkpoint
 
-1. load tokenizer + model (fp32 master weights; bf16 autocast on GPU), optional LoRA and
-   gradient checkpointing;
-2. load chat data (JSONL / hf: / gym:), hold out eval, tokenize with loss on assistant
+1. load chat data (JSONL / hf: / gym:), hold out eval, tokenize with loss on assistant
    tokens only, pack (first-fit decreasing into rows of `row_tokens`) and cut into
    micro-batches of at most `max_tokens_per_microbatch` tokens -- once, from the seed;
+2. load the model (fp32 master weights; bf16 autocast on GPU), optional LoRA and
+   gradient checkpointing;
 3. each epoch visits the micro-batches in an order drawn from (seed, epoch); one optimizer
    step takes `microbatches_per_step` of them, and its loss is the token-weighted mean over
    all their loss tokens (exact gradient accumulation);
@@ -187,17 +187,17 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)
 
-    # 1. model
+    # 1. data (before the model, so bad data fails fast)
     tokenizer = load_tokenizer(cfg.model.path)
+    data = prepare_data(cfg, tokenizer)
+
+    # 2. model
     model = load_model(cfg.model.path, dtype="float32", device=device)  # fp32 master weights
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.model.lora is not None:
         model = apply_lora(model, cfg.model.lora)
     model.train()
-
-    # 2. data
-    data = prepare_data(cfg, tokenizer)
     steps_per_epoch = math.ceil(len(data.train) / t.microbatches_per_step)
     total_steps = t.max_steps or t.epochs * steps_per_epoch
     optimizer = build_optimizer(model, o)
