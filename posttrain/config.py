@@ -78,6 +78,8 @@ class BaseConfig(Strict):
     corpus_options: dict[str, dict[str, Any]] = {}
     corpus_easy_fraction: float = Field(0.0, ge=0.0, le=1.0)
     split_digits: bool = True  # tokenize numbers digit by digit (helps arithmetic)
+    # matmuls in bf16 autocast (weights stay fp32); auto: bf16 where the CPU has native bf16 (avx512_bf16/amx)
+    precision: Literal["auto", "float32", "bfloat16"] = "auto"
     probe_tasks: int = Field(32, ge=0)  # held-out tasks per domain for the raw-text accuracy probe
     logging: LoggingConfig = LoggingConfig()
 

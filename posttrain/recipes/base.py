@@ -131,6 +131,19 @@ def lr_factor(progress: float, warmup: float = 0.05, min_ratio: float = 0.1) -> 
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU advertises bf16 arithmetic (avx512_bf16 or AMX), where bf16 autocast is ~1.7x faster."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16(precision: str) -> bool:
+    return precision == "bfloat16" or (precision == "auto" and cpu_has_native_bf16())
+
+
 def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) -> dict:
     """Causal-LM training on random batches of packed rows; returns {steps, tokens_per_s, loss, seconds}."""
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -142,6 +155,7 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
         betas=(0.9, 0.95),
     )
     model.train()
+    bf16 = use_bf16(cfg.precision)
     start = time.monotonic()
     order = torch.randperm(rows.shape[0], generator=gen)
     cursor, step, tokens, ema, value, lr = 0, 0, 0, None, float("nan"), cfg.lr
@@ -156,7 +170,8 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
             lr = cfg.lr * lr_factor(progress)
             for group in optim.param_groups:
                 group["lr"] = lr
-            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=batch, labels=batch, use_cache=False).loss
             if not torch.isfinite(loss):
                 raise PosttrainError(f"base: non-finite loss at step {step}; try a lower lr (now {cfg.lr})")
             optim.zero_grad(set_to_none=True)
@@ -174,7 +189,8 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
     elapsed = max(time.monotonic() - start, 1e-9)
     if step % LOG_EVERY != 0 and step != 1:
         logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed})
-    return {"steps": step, "tokens": tokens, "tokens_per_s": tokens / elapsed, "final_loss": ema, "seconds": elapsed}
+    return {"steps": step, "tokens": tokens, "tokens_per_s": tokens / elapsed, "final_loss": ema, "seconds": elapsed,
+            "bf16": bf16}
 
 
 # ---------------------------------------------------------------- probe

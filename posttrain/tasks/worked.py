@@ -89,7 +89,8 @@ def expression_steps(expression: str) -> list[str]:
 def arithmetic_writer(entry: Entry) -> str:
     expression = entry["metadata"]["expression"]
     lines = expression_steps(expression)
-    return "\n".join([lines[0]] + [f"= {line}" for line in lines[1:]])
+    # the first line repeats the expression exactly as the question wrote it
+    return "\n".join([expression.strip()] + [f"= {line}" for line in lines[1:]])
 
 
 def generic_writer(entry: Entry) -> str:
@@ -184,7 +185,7 @@ def wrong_arithmetic(entry: Entry, rng: random.Random) -> tuple[str, str]:
     if answer == str(entry["answer"]):
         answer = perturb_number(answer, rng)
         steps[-1] = answer
-    text = "\n".join([steps[0]] + [f"= {line}" for line in steps[1:]])
+    text = "\n".join([str(entry["metadata"]["expression"]).strip()] + [f"= {line}" for line in steps[1:]])
     return text, answer
 
 

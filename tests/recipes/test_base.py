@@ -141,3 +141,9 @@ def test_partial_cache_entry_is_never_used(tmp_path):
     info = json.loads((tmp_path / "cache" / key / "base.json").read_text())
     assert info["steps"] == 2
     assert json.loads((model_dir / "config.json").read_text())["hidden_size"] == 32
+
+
+def test_precision_choice():
+    assert base.use_bf16("bfloat16") is True
+    assert base.use_bf16("float32") is False
+    assert base.use_bf16("auto") is base.cpu_has_native_bf16()

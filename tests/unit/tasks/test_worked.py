@@ -47,3 +47,10 @@ def test_perturb_number_changes_integers_only():
         out = perturb_number(value, rng)
         assert out != value and int(out) is not None
     assert perturb_number("1/2", rng) == "1/2"
+
+
+def test_first_line_repeats_the_question_expression_verbatim():
+    entry = {"question": "Calculate -( 16 - 69 ).", "answer": "53", "metadata": {"expression": "-( 16 - 69 )"}}
+    assert worked_steps("basic_arithmetic", entry).splitlines() == ["-( 16 - 69 )", "= 53"]
+    steps, answer = wrong_steps("basic_arithmetic", entry, random.Random(0))
+    assert steps.splitlines()[0] == "-( 16 - 69 )" and answer != "53"
