@@ -38,7 +38,7 @@ def test_weights_key_ignores_paths_logging_and_probe():
     a = BaseConfig()
     same = BaseConfig(out_dir="elsewhere", cache_dir="/tmp/c", probe_tasks=0, logging={"tensorboard": False})
     assert base.weights_key(a) == base.weights_key(same)
-    for change in ({"lr": 2e-3}, {"seed": 1}, {"wrong_fraction": 0.1}, {"domains": ["chain_sum"]}):
+    for change in ({"lr": 5e-4}, {"seed": 1}, {"wrong_fraction": 0.1}, {"domains": ["chain_sum"]}):
         assert base.weights_key(BaseConfig(**change)) != base.weights_key(a)
 
 
@@ -74,8 +74,10 @@ def test_corpus_easy_share_and_no_eval_questions(tmp_path):
     questions = {d.split("\n")[0][len("Question: "):] for d in docs}
     held_out = {t.reference["question"] for name in cfg.domains for t in make_tasks(name, 1000, EVAL_SEED_START)}
     assert not questions & held_out, sorted(questions & held_out)[:3]
-    with pytest.raises(ConfigError, match="corpus_options"):
-        base.build_corpus(cfg.model_copy(update={"corpus_options": {"gcd": {}}}))
+    with pytest.raises(ConfigError, match="chain_summ"):
+        base.build_corpus(cfg.model_copy(update={"corpus_options": {"chain_summ": {}}}))
+    unused = cfg.model_copy(update={"corpus_options": {"gcd": {"min_value": 1}}})  # gcd is not in domains
+    assert len(base.build_corpus(unused)) == 2000
 
 
 def test_pack_is_contiguous(tmp_path):
