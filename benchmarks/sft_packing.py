@@ -24,7 +24,9 @@ The last line is `result: packed/padded tokens/s = X (target >= 2)`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
 import tempfile
 import time
@@ -96,6 +98,7 @@ def run_trl(model, tokenizer, examples, packing: bool) -> dict:
     from trl import SFTTrainer
 
     hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()
     rows = []
     for ex in examples:
         mask = np.zeros(len(ex), dtype=np.int64)
@@ -114,7 +117,7 @@ def run_trl(model, tokenizer, examples, packing: bool) -> dict:
         )
         return SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):  # its metrics dicts
         trainer_for(data.select(range(2 * TRL_BATCH_EXAMPLES)), tmp).train()  # warm-up, not timed
         trainer = trainer_for(data, tmp)
         started = time.perf_counter()
@@ -138,7 +141,8 @@ def main() -> None:
                            num_kv_heads=2, intermediate_size=704, max_position_embeddings=1024)
     examples = make_data(args.examples, len(tokenizer), args.seed)
     n_params = sum(p.numel() for p in base.parameters())
-    print(f"model: qwen2 hidden 256, 4 layers, {n_params / 1e6:.1f}M params; torch threads {torch.get_num_threads()}")
+    print(f"model: qwen2 hidden 256, 4 layers, {n_params / 1e6:.1f}M params; torch threads {torch.get_num_threads()}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine skews timings)")
     print(f"data: {len(examples)} sequences, lengths uniform 16..512, {sum(len(e) for e in examples)} tokens")
 
     results = run_posttrain(base, examples, tokenizer.pad_token_id)
@@ -154,6 +158,8 @@ def main() -> None:
     for name in results:
         if name.startswith("TRL"):
             print(f"posttrain packed / {name}: {tps['posttrain packed'] / tps[name]:.2f}x")
+    fills = results["posttrain packed"]["fill"] / results["posttrain padded"]["fill"]
+    print(f"fill ratio packed/padded = {fills:.2f} (the ratio of useful compute per padded token)")
     ratio = tps["posttrain packed"] / tps["posttrain padded"]
     print(f"result: packed/padded tokens/s = {ratio:.2f} (target >= 2)")
 

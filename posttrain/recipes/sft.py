@@ -149,6 +149,15 @@ def eval_loss(model, mbs: list[MicroBatch], device, dtype) -> float | None:
     return total / tokens
 
 
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each layer's activations in backward (transformers 5.x name; 4.x fallback)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -194,7 +203,7 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
     # 2. model
     model = load_model(cfg.model.path, dtype="float32", device=device)  # fp32 master weights
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     if cfg.model.lora is not None:
         model = apply_lora(model, cfg.model.lora)
     model.train()

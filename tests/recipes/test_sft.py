@@ -174,3 +174,23 @@ def test_nonfinite_loss_skips_the_update(tiny_model_dir, tiny_tokenizer):
     assert all(torch.equal(before[k], v, ) or torch.isnan(v).any() for k, v in model.state_dict().items())
     assert not opt.state  # AdamW never stepped
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_gradient_checkpointing_keeps_the_losses(tmp_path, tiny_model_dir):
+    """Gradient checkpointing changes memory, not math: the same per-step losses (with accumulation)."""
+    from posttrain.recipes import sft
+
+    data = write_chats(tmp_path / "data.jsonl", 40)
+    runs = {
+        "plain": {},
+        "ckpt": {"model.gradient_checkpointing": True},
+    }
+    losses = {}
+    for name, extra in runs.items():
+        cfg = load_config(SFTConfig, None, overrides(tiny_model_dir, data, tmp_path / name,
+                                                     **{"train.max_steps": 3, "train.microbatches_per_step": 2,
+                                                        **extra}))
+        sft.run(cfg)
+        losses[name] = step_losses(tmp_path / name)
+    assert losses["plain"].keys() == losses["ckpt"].keys() == {1, 2, 3}
+    assert max(abs(losses["plain"][s] - losses["ckpt"][s]) for s in losses["plain"]) < 1e-5
