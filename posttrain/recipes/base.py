@@ -37,11 +37,12 @@ from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.types import Task
 
-CORPUS_VERSION = 1  # bump when the corpus format or the training loop changes the weights
+CORPUS_VERSION = 2  # bump when the corpus format or the training loop changes the weights
 BASE_SEED_OFFSET = 500_000  # the base corpus comes from seeds 500_000 + cfg.seed ... (SFT uses 0 ...)
 NOT_WEIGHTS = {"out_dir", "cache_dir", "logging", "probe_tasks"}
 LOG_EVERY = 10
 INFO_FILE = "base.json"
+PROBE_TOKENS = 64  # enough for the worked solution of a 3-term problem
 
 
 # ---------------------------------------------------------------- corpus
@@ -143,6 +144,42 @@ def use_bf16(precision: str) -> bool:
     return precision == "bfloat16" or (precision == "auto" and cpu_has_native_bf16())
 
 
+class ThreadTuner:
+    """Picks torch's thread count by measured step time: on a shared machine two threads can run
+    3-4x slower than one (each parallel region waits for a descheduled thread). Every `every`
+    steps it runs `trial` steps with the other count and keeps whichever was faster."""
+
+    def __init__(self, every: int = 50, trial: int = 3):
+        self.initial = torch.get_num_threads()
+        self.options = sorted({self.initial, 1})
+        self.current, self.every, self.trial = self.initial, every, trial
+        self.times: dict[int, list[float]] = {n: [] for n in self.options}
+
+    def _other(self) -> int:
+        return next(n for n in self.options if n != self.current)
+
+    def _phase(self, step: int) -> int:  # trials run at steps 3.., every+3.., ... (after a first few timed steps)
+        return (step - 3) % self.every if step >= 3 else -1
+
+    def start(self, step: int) -> int:
+        trying = len(self.options) > 1 and 0 <= self._phase(step) < self.trial
+        n = self._other() if trying else self.current
+        torch.set_num_threads(n)
+        return n
+
+    def record(self, step: int, threads: int, seconds: float) -> None:
+        if step > 0:  # the first step pays one-off costs
+            self.times[threads] = (self.times[threads] + [seconds])[-self.trial :]
+        if len(self.options) > 1 and self._phase(step) == self.trial - 1:
+            mean = {n: sum(t) / len(t) for n, t in self.times.items() if t}
+            other = self._other()
+            if other in mean and self.current in mean and mean[other] < 0.9 * mean[self.current]:
+                self.current = other
+
+    def restore(self) -> None:
+        torch.set_num_threads(self.initial)
+
+
 def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) -> dict:
     """Causal-LM training on random batches of packed rows; returns {steps, tokens_per_s, loss, seconds}."""
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -155,41 +192,48 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
     )
     model.train()
     bf16 = use_bf16(cfg.precision)
+    tuner = ThreadTuner()
     start = time.monotonic()
     order = torch.randperm(rows.shape[0], generator=gen)
     cursor, step, tokens, ema, value, lr = 0, 0, 0, None, float("nan"), cfg.lr
-    with progress_bar(cfg.max_steps, "base", enabled=cfg.logging.progress) as bar:
-        while step < cfg.max_steps and time.monotonic() - start < cfg.max_seconds:
-            if cursor + cfg.batch_size > len(order):
-                order, cursor = torch.randperm(rows.shape[0], generator=gen), 0
-            batch = rows[order[cursor : cursor + cfg.batch_size]]
-            cursor += cfg.batch_size
-            # the schedule follows whichever limit is nearer, so a time-limited run still anneals
-            progress = max(step / cfg.max_steps, (time.monotonic() - start) / cfg.max_seconds)
-            lr = cfg.lr * lr_factor(progress)
-            for group in optim.param_groups:
-                group["lr"] = lr
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = model(input_ids=batch, labels=batch, use_cache=False).loss
-            if not torch.isfinite(loss):
-                raise PosttrainError(f"base: non-finite loss at step {step}; try a lower lr (now {cfg.lr})")
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optim.step()
-            step += 1
-            tokens += batch.numel()
-            value = loss.item()
-            ema = value if ema is None else 0.9 * ema + 0.1 * value
-            elapsed = time.monotonic() - start
-            if step % LOG_EVERY == 0 or step == 1:
-                logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed})
-            bar.update(1, loss=ema)
+    try:
+        with progress_bar(cfg.max_steps, "base", enabled=cfg.logging.progress) as bar:
+            while step < cfg.max_steps and time.monotonic() - start < cfg.max_seconds:
+                if cursor + cfg.batch_size > len(order):
+                    order, cursor = torch.randperm(rows.shape[0], generator=gen), 0
+                batch = rows[order[cursor : cursor + cfg.batch_size]]
+                cursor += cfg.batch_size
+                # the schedule follows whichever limit is nearer, so a time-limited run still anneals
+                progress = max(step / cfg.max_steps, (time.monotonic() - start) / cfg.max_seconds)
+                lr = cfg.lr * lr_factor(progress)
+                for group in optim.param_groups:
+                    group["lr"] = lr
+                threads, step_start = tuner.start(step), time.monotonic()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+                if not torch.isfinite(loss):
+                    raise PosttrainError(f"base: non-finite loss at step {step}; try a lower lr (now {cfg.lr})")
+                optim.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optim.step()
+                tuner.record(step, threads, time.monotonic() - step_start)
+                step += 1
+                tokens += batch.numel()
+                value = loss.item()
+                ema = value if ema is None else 0.9 * ema + 0.1 * value
+                elapsed = time.monotonic() - start
+                if step % LOG_EVERY == 0 or step == 1:
+                    logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed, "threads": threads})
+                bar.update(1, loss=ema)
+    finally:
+        tuner.restore()
     elapsed = max(time.monotonic() - start, 1e-9)
     if step % LOG_EVERY != 0 and step != 1:
         logger.log(step, {"loss": value, "lr": lr, "tokens_per_s": tokens / elapsed})
     return {"steps": step, "tokens": tokens, "tokens_per_s": tokens / elapsed, "final_loss": ema, "seconds": elapsed,
-            "bf16": bf16}
+            "stopped_by": "max_steps" if step >= cfg.max_steps else "max_seconds", "bf16": bf16,
+            "threads": tuner.current}
 
 
 # ---------------------------------------------------------------- probe
@@ -204,10 +248,20 @@ def probe(model, tokenizer, domains: list[str], n: int, seed: int = EVAL_SEED_ST
     for domain in domains:
         tasks = make_tasks(domain, n, seed)
         gens = generate(model, tokenizer, [probe_prompt(t.reference["question"]) for t in tasks],
-                        max_new_tokens=96, eos_token_ids=[tokenizer.pad_token_id, tokenizer.eos_token_id])
+                        max_new_tokens=PROBE_TOKENS, eos_token_ids=[tokenizer.pad_token_id, tokenizer.eos_token_id])
         texts = [g[0].text.split("\nQuestion:")[0] for g in gens]
         out[domain] = sum(score(t, text) >= 1.0 for t, text in zip(tasks, texts)) / n
     return out
+
+
+def _probe_with(threads: int, model, tokenizer, cfg: BaseConfig) -> dict[str, float]:
+    """The probe on the thread count training found fastest."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return probe(model, tokenizer, cfg.domains, cfg.probe_tasks)
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------- cache + entry point
@@ -246,7 +300,7 @@ def _build(cfg: BaseConfig, entry: Path) -> dict:
         "corpus_documents": len(docs),
         "corpus_tokens": int(rows.numel()),
         **stats,
-        "probe_accuracy": probe(model, tokenizer, cfg.domains, cfg.probe_tasks) if cfg.probe_tasks else {},
+        "probe_accuracy": _probe_with(stats["threads"], model, tokenizer, cfg) if cfg.probe_tasks else {},
         "build_seconds": time.monotonic() - t0,
     }
     save_model(model, tokenizer, entry / "model")
@@ -303,8 +357,14 @@ def run(cfg: BaseConfig) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
         console.print(
             f"base: {info['params'] / 1e6:.2f}M params, {info['steps']} steps, {info['tokens_per_s']:.0f} tokens/s, "
-            f"loss {info['final_loss']:.3f}, {info['seconds']:.0f}s; probe accuracy {info['probe_accuracy']}"
+            f"loss {info['final_loss']:.3f}, {info['seconds']:.0f}s; raw-text probe accuracy {info['probe_accuracy']}"
         )
+        if info["stopped_by"] == "max_seconds":
+            console.print(
+                f"[yellow]warning[/]: max_seconds={cfg.max_seconds:g} stopped pretraining at step {info['steps']}"
+                f"/{cfg.max_steps} (a busy machine?); this weaker base is cached under {entry} — delete it "
+                "or raise max_seconds to rebuild"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     _copy_dir(entry / "model", out_dir / "model")
     shutil.copy2(entry / INFO_FILE, out_dir / INFO_FILE)

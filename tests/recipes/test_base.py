@@ -149,3 +149,27 @@ def test_precision_choice():
     assert base.use_bf16("bfloat16") is True
     assert base.use_bf16("float32") is False
     assert base.use_bf16("auto") is base.cpu_has_native_bf16()
+
+
+def test_thread_tuner_switches_to_the_faster_count(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    chosen = []
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    tuner = base.ThreadTuner(every=10, trial=3)
+    seconds = {2: 1.0, 1: 0.3}  # a busy machine: one thread is faster
+    used = []
+    for step in range(30):
+        n = tuner.start(step)
+        used.append(n)
+        tuner.record(step, n, seconds[n])
+    assert used[:3] == [2, 2, 2] and used[3:6] == [1, 1, 1]  # the first trial
+    assert tuner.current == 1 and used[6:13] == [1] * 7 and used[13:16] == [2, 2, 2]  # retried, kept 1
+    tuner.restore()
+    assert chosen[-1] == 2
+    idle = base.ThreadTuner(every=10, trial=3)
+    for step in range(30):
+        n = idle.start(step)
+        idle.record(step, n, {2: 0.5, 1: 0.9}[n])
+    assert idle.current == 2
