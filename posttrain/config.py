@@ -155,7 +155,7 @@ class EvalConfig(Strict):
     seed: int = 1_000_000  # held-out seeds start here, far from training seeds
     temperature: float = Field(0.0, ge=0)  # 0: greedy (samples>1 then forces sampling at 1.0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(64, gt=0)
+    max_new_tokens: int = Field(128, gt=0)  # worked solutions of 4-5 term problems need ~100 tokens
     batch_size: int = Field(64, gt=0)
     out: str = "runs/eval/eval.json"
 
