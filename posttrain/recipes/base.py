@@ -341,8 +341,9 @@ def run(cfg: BaseConfig) -> Path:
     entry = cache / key
     if _complete(entry):
         console.print(f"[dim]base: reusing cached {entry}[/]")
-        if not (out_dir / "metrics.jsonl").exists() and (entry / "metrics.jsonl").exists():
+        if (entry / "metrics.jsonl").exists():  # the curves of the run that built these weights
             out_dir.mkdir(parents=True, exist_ok=True)
+            _set_aside(out_dir / "metrics.jsonl")
             shutil.copy2(entry / "metrics.jsonl", out_dir / "metrics.jsonl")
     else:
         tmp = cache / f".{key}.tmp-{os.getpid()}"

@@ -112,6 +112,7 @@ def test_tiny_base_build_loads_and_is_cached(tmp_path):
     assert tok.chat_template and "<|im_start|>" in tok.chat_template
     rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert rendered.endswith("<|im_start|>assistant\n")
+    assert len(tok("1234", add_special_tokens=False)["input_ids"]) == 4  # the digit split survives save/load
     assert sum(p.numel() for p in model.parameters()) > 0
     out = tmp_path / "out"
     assert (out / "config.yaml").is_file()
@@ -128,7 +129,7 @@ def test_tiny_base_build_loads_and_is_cached(tmp_path):
     second = time.monotonic() - start
     assert _weights(second_dir) == _weights(model_dir)
     assert second < max(3.0, first / 2)
-    assert (tmp_path / "out2" / "metrics.jsonl").is_file()
+    assert (tmp_path / "out2" / "metrics.jsonl").read_text() == (out / "metrics.jsonl").read_text()
     assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" / base.weights_key(cfg)]
 
 
