@@ -80,7 +80,7 @@ class BaseConfig(Strict):
         "basic_arithmetic": {"max_terms": 3, "max_digits": 2},
         "chain_sum": {"max_terms": 3, "max_digits": 2},
     }
-    corpus_easy_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    corpus_easy_fraction: float = Field(0.8, ge=0.0, le=1.0)
     split_digits: bool = True  # tokenize numbers digit by digit (helps arithmetic)
     # matmuls in bf16 autocast (weights stay fp32); auto: bf16 where the CPU has native bf16 (avx512_bf16/amx)
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
