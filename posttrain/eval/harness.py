@@ -4,7 +4,7 @@
 
 Tasks come from seeds starting at `cfg.seed` (1_000_000 by default; training data stays
 below that and skips held-out questions). Each prompt is rendered with the model's chat
-template (add_generation_prompt), completions stop at <|im_end|>. A sample counts as
+template (add_generation_prompt), completions stop at <|im_end|> (or <|endoftext|>). A sample counts as
 correct when the dataset's `score_answer` gives it full marks (1.0); pass@k uses the
 unbiased estimator. Writes:
 
@@ -114,12 +114,17 @@ def _render_prompts(tokenizer, tasks: list[Task], model_path: str) -> list[str]:
     return [tokenizer.apply_chat_template(list(t.prompt), tokenize=False, add_generation_prompt=True) for t in tasks]
 
 
-def _stop_ids(tokenizer) -> list[int]:
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of turn; end of document (a base model's natural stop)
+
+
+def stop_ids(tokenizer, model=None) -> list[int]:
+    """eos, the model's generation-config eos ids, and whichever of STOP_TOKENS the vocabulary has."""
     ids = {tokenizer.eos_token_id}
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return sorted(i for i in ids if i is not None)
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, (list, tuple)) else [configured])
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in STOP_TOKENS if t in vocab)
+    return sorted(i for i in ids if isinstance(i, int))
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -161,7 +166,7 @@ def run(cfg: EvalConfig) -> dict:
             temperature=temperature,
             top_p=cfg.top_p,
             sequences_per_batch=cfg.batch_size,
-            eos_token_ids=_stop_ids(tokenizer),
+            eos_token_ids=stop_ids(tokenizer, model),
             seed=cfg.seed,
             on_batch=bar.update,
         )

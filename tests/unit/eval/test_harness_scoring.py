@@ -71,3 +71,10 @@ def test_summary_by_hand():
 def test_completions_path():
     assert completions_path("runs/eval/base.json").as_posix() == "runs/eval/base.completions.jsonl"
     assert completions_path("out").as_posix() == "out.completions.jsonl"
+
+
+def test_stop_ids_cover_end_of_turn_and_end_of_document(tiny_tokenizer):
+    from posttrain.eval.harness import stop_ids
+
+    vocab = tiny_tokenizer.get_vocab()
+    assert stop_ids(tiny_tokenizer) == sorted({vocab["<|im_end|>"], vocab["<|endoftext|>"]})
