@@ -252,9 +252,9 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
             if position >= len(order):
                 epoch, position = epoch + 1, 0
                 order = epoch_order(len(data.train), t.seed, epoch)
-            mbs = [data.train[i] for i in order[position : position + t.microbatches_per_step]]
-            lr = scheduler.get_last_lr()[0]
             started = time.perf_counter()
+            mbs = [data.train[i] for i in order[position : position + t.microbatches_per_step]]  # collated here
+            lr = scheduler.get_last_lr()[0]
             result = train_step(model, optimizer, mbs, o.grad_clip, device, dtype)
             seconds = time.perf_counter() - started
             scheduler.step()
