@@ -13,7 +13,8 @@
 Cache: the weights depend only on the fields in `weights_key`; a finished base lives in
 cache_dir/<key>/ and a later run with the same key copies it in seconds. An entry is built
 under a temporary name and renamed when complete, so a crash never leaves a usable partial.
-(The time limit makes a build machine-dependent; the cache pins the first result.)
+A build cut short by `max_seconds` depends on how busy the machine was: it is used but never
+cached, so a later run on a quieter machine builds the full base.
 """
 
 from __future__ import annotations
@@ -341,33 +342,41 @@ def run(cfg: BaseConfig) -> Path:
     entry = cache / key
     if _complete(entry):
         console.print(f"[dim]base: reusing cached {entry}[/]")
-        if (entry / "metrics.jsonl").exists():  # the curves of the run that built these weights
-            out_dir.mkdir(parents=True, exist_ok=True)
-            _set_aside(out_dir / "metrics.jsonl")
-            shutil.copy2(entry / "metrics.jsonl", out_dir / "metrics.jsonl")
+        _publish(entry, out_dir, with_metrics=True)  # the curves of the run that built these weights
     else:
         tmp = cache / f".{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
             info = _build(cfg, tmp)
-            if not _complete(entry):  # (another process may have finished the same key meanwhile)
-                shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by an old crash
-                os.replace(tmp, entry)
+            console.print(
+                f"base: {info['params'] / 1e6:.2f}M params, {info['steps']} steps, {info['tokens_per_s']:.0f} "
+                f"tokens/s, loss {info['final_loss']:.3f}, {info['seconds']:.0f}s; raw-text probe accuracy "
+                f"{info['probe_accuracy']}"
+            )
+            if info["stopped_by"] == "max_seconds":
+                # A time-capped build depends on how busy the machine was: use it, never cache it.
+                console.print(
+                    f"[yellow]warning[/]: max_seconds={cfg.max_seconds:g} stopped pretraining at step "
+                    f"{info['steps']}/{cfg.max_steps} (a busy machine?); this base is used but not cached"
+                )
+                _publish(tmp, out_dir)
+            else:
+                if not _complete(entry):  # (another process may have finished the same key meanwhile)
+                    shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by an old crash
+                    os.replace(tmp, entry)
+                _publish(entry, out_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        console.print(
-            f"base: {info['params'] / 1e6:.2f}M params, {info['steps']} steps, {info['tokens_per_s']:.0f} tokens/s, "
-            f"loss {info['final_loss']:.3f}, {info['seconds']:.0f}s; raw-text probe accuracy {info['probe_accuracy']}"
-        )
-        if info["stopped_by"] == "max_seconds":
-            console.print(
-                f"[yellow]warning[/]: max_seconds={cfg.max_seconds:g} stopped pretraining at step {info['steps']}"
-                f"/{cfg.max_steps} (a busy machine?); this weaker base is cached under {entry} — delete it "
-                "or raise max_seconds to rebuild"
-            )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _copy_dir(entry / "model", out_dir / "model")
-    shutil.copy2(entry / INFO_FILE, out_dir / INFO_FILE)
     save_config(cfg, out_dir)
     return out_dir / "model"
+
+
+def _publish(src: Path, out_dir: Path, with_metrics: bool = False) -> None:
+    """Copy a built base (model, info and, from the cache, its training curves) into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _copy_dir(src / "model", out_dir / "model")
+    shutil.copy2(src / INFO_FILE, out_dir / INFO_FILE)
+    if with_metrics and (src / "metrics.jsonl").exists():
+        _set_aside(out_dir / "metrics.jsonl")
+        shutil.copy2(src / "metrics.jsonl", out_dir / "metrics.jsonl")

@@ -146,6 +146,16 @@ def test_partial_cache_entry_is_never_used(tmp_path):
     assert json.loads((model_dir / "config.json").read_text())["hidden_size"] == 32
 
 
+def test_time_capped_base_is_used_but_not_cached(tmp_path):
+    cfg = tiny_cfg(tmp_path, max_steps=100_000, max_seconds=1.0, probe_tasks=0)
+    model_dir = base.run(cfg)
+    info = json.loads((tmp_path / "out" / "base.json").read_text())
+    assert info["stopped_by"] == "max_seconds" and info["steps"] < 100_000
+    assert (model_dir / "model.safetensors").is_file()
+    assert not (tmp_path / "cache" / base.weights_key(cfg)).exists()
+    assert [p for p in (tmp_path / "cache").iterdir()] == []  # no temp dir left either
+
+
 def test_precision_choice():
     assert base.use_bf16("bfloat16") is True
     assert base.use_bf16("float32") is False
