@@ -38,6 +38,7 @@ import torch
 import yaml
 
 from posttrain.errors import CheckpointError
+from posttrain.train.model import quiet_hf_progress
 
 FORMAT = 1
 CHECKPOINTS = "checkpoints"
@@ -143,7 +144,7 @@ def _state_json(step: int, state: dict | None) -> str:
 def _write_all(tmp: Path, step, model, tokenizer, optimizer, scheduler, config, extra, state_json: str) -> None:
     model = _unwrap(model)
     peft = _is_peft(model)
-    with _hf_quiet():
+    with quiet_hf_progress():
         model.save_pretrained(tmp / "model")
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
@@ -298,7 +299,7 @@ def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint {where} does not match the model: it holds a {saved_type!r} model, "
                               f"not {model.config.model_type!r}")
     try:
-        with _hf_quiet():
+        with quiet_hf_progress():
             fresh, info = type(model).from_pretrained(model_dir, config=model.config, output_loading_info=True,
                                                       dtype=next(model.parameters()).dtype, device_map="cpu")
     except Exception as e:
@@ -407,22 +408,6 @@ def _unwrap(model):
             model = model.module
         else:
             return model
-
-
-class _hf_quiet:
-    """Silence transformers' 'Writing model shards' tqdm bar (garbage in logs) for one call."""
-
-    def __enter__(self):
-        from transformers.utils import logging as hf_logging
-
-        self._was = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-
-    def __exit__(self, *exc):
-        from transformers.utils import logging as hf_logging
-
-        if self._was:
-            hf_logging.enable_progress_bar()
 
 
 def _is_peft(model) -> bool:

@@ -41,7 +41,7 @@ from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.data import load_chat_examples, split_eval
 from posttrain.train.lora import apply_lora, merge_lora, trainable_parameters
-from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.train.model import load_model, load_tokenizer, pick_device, quiet_hf_progress, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.packing import MicroBatch, build_microbatches, loss_logits, tokenize_examples
 
@@ -169,16 +169,9 @@ def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
     final = out_dir / "final"
     tmp = out_dir / ".final.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    from transformers.utils import logging as hf_logging
-
     plain = merge_lora(model).to(dtype)
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # its "Writing model shards" bar is noise in logs
-    try:
+    with quiet_hf_progress():
         plain.save_pretrained(tmp, safe_serialization=True)
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(tmp)
     if final.exists():
         shutil.rmtree(final)

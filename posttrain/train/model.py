@@ -6,11 +6,27 @@ Every stage goes through here, the embedded tiny base included, so the real
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from posttrain.errors import ModelLoadError
+
+
+@contextmanager
+def quiet_hf_progress():
+    """Silence transformers' own tqdm bars ('Loading weights', 'Writing model shards') for one
+    call: our progress bars already say what runs, and tqdm's redraws are garbage in logs."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def pick_device() -> torch.device:
@@ -52,7 +68,8 @@ def load_model(path: str, dtype: str = "auto", device: torch.device | None = Non
     _check_path(path)
     device = device or pick_device()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+        with quiet_hf_progress():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load model from {path!r}: {str(e).splitlines()[0]}") from None
     return model.to(device)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from posttrain.train.model import quiet_hf_progress
+
 
 def tiny_config(
     family: str,
@@ -66,6 +68,7 @@ def make_tiny_model(tokenizer, family: str = "qwen2", seed: int = 0, **sizes):
 def save_model(model, tokenizer, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
+    with quiet_hf_progress():
+        model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
