@@ -99,6 +99,8 @@ class DataConfig(Strict):
     eval_fraction: float = Field(0.02, ge=0.0, lt=1.0)
     max_seq_len: int = Field(512, gt=0)  # longer examples are truncated
     skip_bad_lines: bool = False  # count and report bad lines instead of failing
+    # reasoning-gym options per domain for gym: sources, e.g. {"chain_sum": {"max_terms": 3}}
+    task_options: dict[str, dict[str, Any]] = {}
     seed: int = 0
 
 
@@ -158,6 +160,7 @@ class EvalConfig(Strict):
     max_new_tokens: int = Field(128, gt=0)  # worked solutions of 4-5 term problems need ~100 tokens
     batch_size: int = Field(64, gt=0)
     out: str = "runs/eval/eval.json"
+    task_options: dict[str, dict[str, Any]] = {}  # reasoning-gym options per domain
 
 
 # ---------------------------------------------------------------- pipeline
@@ -171,6 +174,9 @@ class PipelineConfig(Strict):
     base: BaseConfig = BaseConfig()
     sft: SFTConfig = SFTConfig()
     eval: dict[str, EvalConfig] = {}  # name -> eval run, e.g. {"base": ..., "sft": ...}
+    # reasoning-gym options per domain, handed to every stage that does not set its own
+    # (SFT data, evals), so training and eval draw from the same task distribution
+    task_options: dict[str, dict[str, Any]] = {}
 
 
 # ---------------------------------------------------------------- loading

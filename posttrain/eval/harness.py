@@ -152,7 +152,7 @@ def run(cfg: EvalConfig) -> dict:
     temperature = sampling_temperature(cfg.temperature, cfg.samples)
     if temperature != cfg.temperature:
         console.print(f"[yellow]note[/]: samples={cfg.samples} at temperature 0 would all be equal; sampling at 1.0")
-    tasks = [task for name, n in spec for task in make_tasks(name, n, cfg.seed)]
+    tasks = [task for name, n in spec for task in make_tasks(name, n, cfg.seed, config=cfg.task_options.get(name))]
     model, tokenizer = load_model_and_tokenizer(cfg.model)
     prompts = _render_prompts(tokenizer, tasks, cfg.model)
 

@@ -8,8 +8,8 @@
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,
-SFT starts from the base built here, and an eval's `model` may name a stage
-("base", "sft") instead of a path.
+SFT starts from the base built here, an eval's `model` may name a stage ("base", "sft")
+instead of a path, and the top-level `task_options` reach every stage that draws tasks.
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
     outputs = {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final")}
     if "model" not in cfg.sft.model_fields_set or "path" not in cfg.sft.model.model_fields_set:
         cfg.sft.model.path = outputs["base"]
+    if cfg.task_options and "task_options" not in cfg.sft.data.model_fields_set:
+        cfg.sft.data.task_options = cfg.task_options
     for name, ev in cfg.eval.items():
+        if cfg.task_options and "task_options" not in ev.model_fields_set:
+            ev.task_options = cfg.task_options
         if ev.model in outputs:
             ev.model = outputs[ev.model]
         if "out" not in ev.model_fields_set:

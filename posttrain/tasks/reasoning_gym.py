@@ -186,6 +186,8 @@ def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] 
     those of the first eval items with the domain's default options, which is what `posttrain eval`
     runs (with `config`, e.g. easier settings, the tasks differ but must still avoid those questions)."""
     held_out = held_out_questions(domain, _config_key(domain, None))
+    if config:  # and those of eval run with the same options
+        held_out = held_out | held_out_questions(domain, _config_key(domain, config))
     out: list[Task] = []
     start, want = seed, n
     while len(out) < n:
@@ -201,10 +203,13 @@ def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] 
     return out
 
 
-def sft_examples(domains: list[str], n: int, seed: int) -> list[dict]:
+def sft_examples(
+    domains: list[str], n: int, seed: int, options: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict]:
     """`n` chat examples `{"messages": [user, assistant]}` with correct worked answers.
 
-    Split evenly over `domains` and interleaved (round-robin). Items come from
+    Split evenly over `domains` and interleaved (round-robin); `options` gives reasoning-gym
+    options per domain (e.g. {"chain_sum": {"max_terms": 3}}). Items come from
     `training_tasks` (seeds from `seed`, below EVAL_SEED_START, held-out questions skipped).
     """
     if not domains:
@@ -212,7 +217,8 @@ def sft_examples(domains: list[str], n: int, seed: int) -> list[dict]:
     for domain in domains:
         check_domain(domain)
     counts = split_count(n, len(domains))
-    per_domain = [training_tasks(d, c, seed) if c else [] for d, c in zip(domains, counts)]
+    options = options or {}
+    per_domain = [training_tasks(d, c, seed, config=options.get(d)) if c else [] for d, c in zip(domains, counts)]
     for domain, tasks in zip(domains, per_domain):
         if tasks and gold_completion(tasks[0]) is None:
             raise ConfigError(f"sft_examples: reasoning-gym domain {domain!r} has no gold answers to learn from")

@@ -17,7 +17,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from posttrain.errors import DataError
 
@@ -143,7 +143,7 @@ def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
     return data
 
 
-def load_gym(spec: str, seed: int = 0) -> ChatData:
+def load_gym(spec: str, seed: int = 0, task_options: Mapping[str, Mapping[str, Any]] | None = None) -> ChatData:
     """'DOMAIN[,DOMAIN...]:N' -> N worked examples from reasoning-gym (seeds disjoint from eval's)."""
     domains_part, sep, n_part = spec.rpartition(":")
     if not sep or not domains_part or not n_part.isdigit() or int(n_part) <= 0:
@@ -151,18 +151,23 @@ def load_gym(spec: str, seed: int = 0) -> ChatData:
     from posttrain.tasks.reasoning_gym import sft_examples
 
     domains = [d.strip() for d in domains_part.split(",") if d.strip()]
-    records = sft_examples(domains, int(n_part), seed)
+    records = sft_examples(domains, int(n_part), seed, options=task_options)
     data = _collect(enumerate(records, start=1), f"gym:{spec}", skip_bad_lines=False, unit=" example ")
     data.source = f"gym:{spec}"
     return data
 
 
-def load_chat_examples(source: str, skip_bad_lines: bool = False, seed: int = 0) -> ChatData:
+def load_chat_examples(
+    source: str,
+    skip_bad_lines: bool = False,
+    seed: int = 0,
+    task_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ChatData:
     """Load chat examples from a JSONL path, `hf:NAME[:SPLIT]` or `gym:DOMAIN[,DOMAIN...]:N`."""
     if source.startswith("hf:"):
         return load_hf(source[3:], skip_bad_lines)
     if source.startswith("gym:"):
-        return load_gym(source[4:], seed)
+        return load_gym(source[4:], seed, task_options)
     return load_jsonl(source, skip_bad_lines)
 
 

@@ -57,3 +57,17 @@ def test_pipeline_chains_stage_outputs():
     assert cfg.eval["b"].model == "/m"
     explicit = resolve(load_config(PipelineConfig, None, ["run_dir=/r", "sft.model.path=/mine", "eval.a.model=base"]))
     assert explicit.sft.model.path == "/mine"
+
+
+def test_pipeline_task_options_reach_every_stage_that_does_not_set_its_own():
+    cfg = resolve(
+        load_config(
+            PipelineConfig,
+            None,
+            ["task_options.chain_sum.max_terms=3", "eval.a.model=sft", "eval.b.model=sft",
+             "eval.b.task_options.chain_sum.max_terms=5"],
+        )
+    )
+    assert cfg.sft.data.task_options == {"chain_sum": {"max_terms": 3}}
+    assert cfg.eval["a"].task_options == {"chain_sum": {"max_terms": 3}}
+    assert cfg.eval["b"].task_options == {"chain_sum": {"max_terms": 5}}

@@ -152,3 +152,19 @@ def test_sft_examples_reject_eval_seeds_and_gold_less_domains():
         sft_examples(["rush_hour"], 2, seed=0)
     with pytest.raises(ConfigError, match="unknown"):
         sft_examples(["chain_sum", "nope"], 2, seed=0)
+
+
+def test_sft_examples_with_options_follow_them_and_skip_eval_questions():
+    from posttrain.tasks.reasoning_gym import held_out_questions, _config_key
+
+    import re
+
+    options = {"chain_sum": {"max_terms": 2, "max_digits": 2}}
+    examples = sft_examples(["chain_sum"], 300, 0, options=options)
+    questions = [ex["messages"][0]["content"].split("\n\n")[0] for ex in examples]
+    assert all(len(re.findall(r"\d+", q)) <= 2 for q in questions)  # the options were applied
+    # a small problem space: eval questions drawn with the same options repeat across seeds
+    held = held_out_questions("chain_sum", _config_key("chain_sum", options["chain_sum"]))
+    unfiltered = [t.reference["question"] for t in make_tasks("chain_sum", 300, 0, config=options["chain_sum"])]
+    assert any(q in held for q in unfiltered), "the check below would prove nothing"
+    assert not any(q in held for q in questions)
