@@ -1,6 +1,6 @@
 """SFT throughput: sequence packing vs. padding, and TRL's SFTTrainer as the peer, on CPU.
 
-    .venv/bin/python benchmarks/sft_packing.py [--examples 240] [--rounds 3] [--trl-packing]
+    .venv/bin/python benchmarks/sft_packing.py [--examples 240] [--rounds 3] [--threads N] [--trl-packing]
 
 Same model (Qwen2, hidden 256, 4 layers, vocab 1024, ~3M params, random init, built locally
 with make_tiny_model + build_tokenizer), same data: `--examples` sequences whose lengths are
@@ -140,7 +140,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trl-packing", action="store_true", help="run TRL with its own packing (bfd) instead of padding")
     ap.add_argument("--skip-trl", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     corpus = [f"Calculate {a} + {b}. Answer: {a + b}" for a in range(60) for b in range(60)]
     tokenizer = build_tokenizer(corpus, vocab_size=1024)
