@@ -31,11 +31,9 @@ def served():
 
 @pytest.fixture
 def local_sandbox():
-    """A real LocalSandbox without isolation, or skip when it has not landed yet."""
-    try:
-        from posttrain.sandbox import LocalSandbox
-    except ImportError:
-        pytest.skip("posttrain.sandbox.LocalSandbox is not available yet")
-    sandbox = LocalSandbox(max_workers=2, max_queue=8, isolation="none")
+    """A real, isolated LocalSandbox (bubblewrap is installed by `make test`)."""
+    from posttrain.sandbox import LocalSandbox
+
+    sandbox = LocalSandbox(max_workers=2, max_queue=8, isolation="bwrap")
     yield sandbox
     sandbox.close()
