@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -36,6 +35,7 @@ from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, split_c
 from posttrain.tasks.worked import worked_steps, wrong_steps
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
+from posttrain.train.optim import clip_grad_norm, decayed, param_groups
 from posttrain.types import Task
 
 CORPUS_VERSION = 2  # bump when the corpus format or the training loop changes the weights
@@ -128,8 +128,7 @@ def lr_factor(progress: float, warmup: float = 0.05, min_ratio: float = 0.1) -> 
     progress = min(max(progress, 0.0), 1.0)
     if progress < warmup:
         return progress / warmup
-    t = (progress - warmup) / (1.0 - warmup)
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+    return decayed((progress - warmup) / (1.0 - warmup), "cosine", min_ratio)
 
 
 def cpu_has_native_bf16() -> bool:
@@ -184,13 +183,7 @@ class ThreadTuner:
 def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) -> dict:
     """Causal-LM training on random batches of packed rows; returns {steps, tokens_per_s, loss, seconds}."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    optim = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-    )
+    optim = torch.optim.AdamW(param_groups(model, weight_decay=0.1), lr=cfg.lr, betas=(0.9, 0.95))
     model.train()
     bf16 = use_bf16(cfg.precision)
     tuner = ThreadTuner()
@@ -216,7 +209,7 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
                     raise PosttrainError(f"base: non-finite loss at step {step}; try a lower lr (now {cfg.lr})")
                 optim.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                clip_grad_norm(model, 1.0)
                 optim.step()
                 tuner.record(step, threads, time.monotonic() - step_start)
                 step += 1

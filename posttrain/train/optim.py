@@ -27,7 +27,11 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str, 
     if schedule == "constant":
         return 1.0
     decay_steps = max(1, total_steps - warmup_steps - 1)
-    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return decayed(min(1.0, (step - warmup_steps) / decay_steps), schedule, min_lr_ratio)
+
+
+def decayed(progress: float, schedule: str, min_lr_ratio: float) -> float:
+    """The decay after warmup: 1 at progress 0, min_lr_ratio at progress 1 ('linear' or 'cosine')."""
     if schedule == "linear":
         shape = 1.0 - progress
     elif schedule == "cosine":
