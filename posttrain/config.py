@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posttrain.errors import ConfigError
+from posttrain.fsio import write_text_atomic
 
 
 class Strict(BaseModel):
@@ -277,10 +278,4 @@ def load_config(model: type[C], path: str | os.PathLike | None, overrides: list[
 
 def save_config(cfg: BaseModel, run_dir: str | os.PathLike, name: str = "config.yaml") -> Path:
     """Write the resolved config into the run directory (atomically)."""
-    out = Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / name
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    os.replace(tmp, target)
-    return target
+    return write_text_atomic(Path(run_dir) / name, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

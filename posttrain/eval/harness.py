@@ -27,6 +27,7 @@ from posttrain.config import EvalConfig
 from posttrain.errors import ConfigError, ModelLoadError
 from posttrain.eval.generate import Generation, generate
 from posttrain.eval.passk import mean_pass_at_k
+from posttrain.fsio import write_text_atomic
 from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, extract_answer, make_tasks, score
 from posttrain.telemetry.progress import progress_bar
 from posttrain.types import Task
@@ -93,13 +94,6 @@ def overall(domains: dict[str, dict[str, float]], samples: int) -> dict[str, flo
 
 def score_completions(tasks: list[Task], completions: list[list[str]]) -> list[list[float]]:
     return [[score(task, text) for text in texts] for task, texts in zip(tasks, completions)]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def completions_path(out: str | os.PathLike) -> Path:
@@ -195,8 +189,8 @@ def run(cfg: EvalConfig) -> dict:
         for task, row, row_scores in zip(tasks, gens, scores)
         for j, (g, text, s) in enumerate(zip(row, [g.text for g in row], row_scores))
     ]
-    _write_atomic(completions_path(cfg.out), "\n".join(lines) + "\n")
-    _write_atomic(Path(cfg.out), json.dumps(result, indent=2) + "\n")
+    write_text_atomic(completions_path(cfg.out), "\n".join(lines) + "\n")
+    write_text_atomic(Path(cfg.out), json.dumps(result, indent=2) + "\n")
     print_table(result)
     console.print(f"[dim]wrote {cfg.out} and {completions_path(cfg.out)}[/]")
     return result

@@ -31,6 +31,7 @@ import torch
 
 from posttrain.config import BaseConfig, save_config
 from posttrain.errors import ConfigError, PosttrainError
+from posttrain.fsio import replace_dir
 from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, split_count, training_tasks
 from posttrain.tasks.worked import worked_steps, wrong_steps
 from posttrain.telemetry.metrics import MetricsLogger
@@ -318,9 +319,7 @@ def _copy_dir(src: Path, dst: Path) -> None:
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
-    if dst.exists():
-        shutil.rmtree(dst)
-    os.replace(tmp, dst)
+    replace_dir(tmp, dst)
 
 
 def run(cfg: BaseConfig) -> Path:

@@ -37,6 +37,7 @@ from posttrain.algos.sft import sft_loss_sum
 from posttrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from posttrain.config import SFTConfig, save_config
 from posttrain.errors import CheckpointError, ConfigError, DataError
+from posttrain.fsio import replace_dir
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.data import load_chat_examples, split_eval
@@ -174,9 +175,7 @@ def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
     with quiet_hf_progress():
         plain.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    replace_dir(tmp, final)
     return final
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from posttrain.errors import PosttrainError
+from posttrain.fsio import write_text_atomic
 
 log = logging.getLogger("posttrain")
 
@@ -124,12 +125,7 @@ def truncate_metrics(path: str | os.PathLike, last_step: int) -> int:
         return 0
     kept = [line if line.endswith("\n") else line + "\n" for line in _lines(path)
             if (rec := _parse(line)) is not None and rec["step"] <= last_step]
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(kept), fsync=True)
     return len(kept)
 
 

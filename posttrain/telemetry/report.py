@@ -26,6 +26,7 @@ from typing import Any
 
 from posttrain.errors import PosttrainError
 from posttrain.telemetry.metrics import METRICS_FILE, read_metrics
+from posttrain.fsio import write_text_atomic
 from posttrain.telemetry.plots import grouped_bar_plot, line_plot, png_data_uri
 
 MAX_PLOTS = 12
@@ -335,11 +336,8 @@ def write_report(run_dir: str | os.PathLike) -> Path:
         raise PosttrainError(f"report: nothing to report in {run_dir} (no metrics.jsonl, config.yaml or eval JSON)")
     page = render_report(run_dir, stages, evals)
     out = run_dir / REPORT_FILE
-    tmp = out.with_name(f".{REPORT_FILE}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
+        write_text_atomic(out, page)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise PosttrainError(f"report: cannot write {out}: {e.strerror or e}") from None
     return out
