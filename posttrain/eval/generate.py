@@ -57,6 +57,7 @@ def generate(
     if temperature == 0 and num_samples > 1:
         raise ValueError("greedy decoding gives identical samples: use temperature > 0 with num_samples > 1")
     eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
+    eos_set = set(eos)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     device = next(model.parameters()).device
     prompts_per_batch = max(1, sequences_per_batch // num_samples)
@@ -89,7 +90,7 @@ def generate(
             )
             new = out[:, width:].tolist()  # [len(idx) * num_samples, <= max_new_tokens]
             for j, ids in enumerate(new):
-                ids, reason = _trim(ids, set(eos), pad_id)
+                ids, reason = _trim(ids, eos_set, pad_id)
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 results[idx[j // num_samples]].append(Generation(text, len(ids), reason))
             if on_batch is not None:

@@ -180,14 +180,14 @@ def run(cfg: EvalConfig) -> dict:
                 "id": task.id,
                 "domain": task.domain,
                 "sample": j,
-                "completion": text,
-                "extracted": extract_answer(text),
+                "completion": g.text,
+                "extracted": extract_answer(g.text),
                 "score": s,
                 "finish_reason": g.finish_reason,
             }
         )
         for task, row, row_scores in zip(tasks, gens, scores)
-        for j, (g, text, s) in enumerate(zip(row, [g.text for g in row], row_scores))
+        for j, (g, s) in enumerate(zip(row, row_scores))
     ]
     write_text_atomic(completions_path(cfg.out), "\n".join(lines) + "\n")
     write_text_atomic(Path(cfg.out), json.dumps(result, indent=2) + "\n")
