@@ -1,0 +1,302 @@
+"""Replay buffer of the RL recipe: successful past trajectories, kept for ExGRPO-style mixing.
+
+What it holds: `Entry(task, trajectory, score, step)` -- one scored trajectory of one task, `step` being the
+step (policy version) at which it was added. The recipe calls `buf.add(task, traj, score, step)` for every
+scored FRESH trajectory; an entry is kept iff its raw task score >= `min_score` ("successful"). With
+min_score < 1, lower-quality successes (min_score <= score < 1) are kept as well: there is no dedup by
+quality, and none by content either -- so add only fresh trajectories, never a replayed one again (it
+would be stored a second time under a new step).
+
+Mixing (ExGRPO-style, done by the recipe): each step a fraction of the batch's groups are replay groups.
+`buf.sample(n, rng, exclude_task_ids=fresh_ids)` picks n entries of DISTINCT tasks not already in this
+step's fresh batch; each stored trajectory is put together with fresh samples of its task, so the group's
+relative advantage stays meaningful, and the stored trajectory keeps its old `policy_version` and sampler
+`logprobs`, which the PPO ratio uses as the importance correction.
+
+Sampling: uniform over the eligible distinct task ids (in insertion order, via `rng.sample`), then one
+entry of each chosen task uniformly (`rng.choice`) -- deterministic given the `random.Random` state.
+
+Eviction ("oldest" = added earliest; steps only grow in the recipe, so this is also the lowest step):
+  - a domain at `per_domain_quota` evicts ITS OWN oldest entry to make room;
+  - otherwise a buffer at `capacity` evicts the globally oldest entry.
+
+Files written by `save(directory)`:
+  entries.pkl   the exact state: MAGIC line, then a pickle (protocol 5) of
+                {"capacity", "per_domain_quota", "min_score", "stats", "entries": [(task, traj, score, step)]}
+                (oldest first), then "sha256:<hex of the pickle bytes>". Pickle is used because Task.reference
+                holds arbitrary JSON-like data (tuples, nested dicts) that JSON would not round-trip exactly;
+                it is acceptable ONLY because these files are our own checkpoints: never load a buffer file
+                from an untrusted source (unpickling can run code).
+  summary.json  for people and dashboards: capacity, size, per-domain counts, oldest/newest step, counters.
+                `load` does not read it.
+Each file is written to a temp file beside it, then os.replace'd (entries first), so a failure mid-save
+leaves the previously saved buffer intact. `load` only reads; a missing, truncated, corrupt or foreign
+entries file raises CheckpointError naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import os
+import pickle
+import random
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from posttrain.errors import CheckpointError
+from posttrain.fsio import write_text_atomic
+from posttrain.types import Task, Trajectory
+
+ENTRIES_FILE = "entries.pkl"
+SUMMARY_FILE = "summary.json"
+FORMAT_VERSION = 1
+_MAGIC = b"posttrain-replay-buffer 1\n"
+_TRAILER = b"sha256:"
+_DIGEST_HEX = 64
+_PICKLE_PROTOCOL = 5
+
+
+@dataclass(frozen=True)
+class Entry:
+    task: Task
+    trajectory: Trajectory
+    score: float  # raw task score in [0, 1]
+    step: int  # when added (policy version)
+
+
+class ReplayBuffer:
+    """Bounded store of successful trajectories; see the module docstring for the rules."""
+
+    def __init__(self, capacity: int, per_domain_quota: int | None = None, min_score: float = 1.0):
+        if not _is_int(capacity) or capacity <= 0:
+            raise ValueError(f"replay buffer capacity must be a positive int, got {capacity!r}")
+        if per_domain_quota is not None and (not _is_int(per_domain_quota) or per_domain_quota <= 0):
+            raise ValueError(f"replay buffer per_domain_quota must be a positive int or None, got {per_domain_quota!r}")
+        if not _is_real(min_score) or not 0.0 <= float(min_score) <= 1.0:
+            raise ValueError(f"replay buffer min_score must be a number in [0, 1], got {min_score!r}")
+        self.capacity = int(capacity)
+        self.per_domain_quota = None if per_domain_quota is None else int(per_domain_quota)
+        self.min_score = float(min_score)
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # insertion number -> entry, oldest first
+        self._by_domain: dict[str, deque[int]] = {}  # domain -> insertion numbers, oldest first
+        self._next = 0  # insertion number of the next kept entry
+        self._stats = {"added": 0, "rejected": 0, "evicted": 0}
+
+    # ------------------------------------------------------------ adding and evicting
+
+    def add(self, task: Task, trajectory: Trajectory, score: float, step: int) -> bool:
+        """Store (task, trajectory) iff score >= min_score; True when kept. Evicts as needed."""
+        if not isinstance(task, Task) or not isinstance(trajectory, Trajectory):
+            raise ValueError(
+                "replay buffer add needs a Task and a Trajectory, "
+                f"got {type(task).__name__} and {type(trajectory).__name__}"
+            )
+        if trajectory.task_id != task.id:
+            raise ValueError(f"replay buffer add: trajectory.task_id {trajectory.task_id!r} != task.id {task.id!r}")
+        if not _is_real(score):  # NaN is a number: it fails `score >= min_score` and is rejected
+            raise ValueError(f"replay buffer add: score must be a number, got {score!r} (task {task.id!r})")
+        if not _is_int(step) or step < 0:
+            raise ValueError(f"replay buffer add: step must be a non-negative int, got {step!r} (task {task.id!r})")
+        if not float(score) >= self.min_score:  # written so that NaN is rejected too
+            self._stats["rejected"] += 1
+            return False
+        domain_ids = self._by_domain.get(task.domain)
+        if self.per_domain_quota is not None and domain_ids is not None and len(domain_ids) >= self.per_domain_quota:
+            self._evict(self._entries[domain_ids[0]])
+        elif len(self._entries) >= self.capacity:
+            self._evict(next(iter(self._entries.values())))
+        self._insert(Entry(task, trajectory, float(score), int(step)))
+        self._stats["added"] += 1
+        return True
+
+    def _insert(self, entry: Entry) -> None:
+        key = self._next
+        self._next += 1
+        self._entries[key] = entry
+        self._by_domain.setdefault(entry.task.domain, deque()).append(key)
+
+    def _evict(self, entry: Entry) -> None:
+        """Remove `entry`, which is the oldest of its domain (true for both eviction rules)."""
+        ids = self._by_domain[entry.task.domain]
+        key = ids.popleft()
+        assert self._entries[key] is entry
+        del self._entries[key]
+        if not ids:
+            del self._by_domain[entry.task.domain]
+        self._stats["evicted"] += 1
+
+    # ------------------------------------------------------------ reading
+
+    def sample(self, n: int, rng: random.Random, exclude_task_ids: Iterable[str] = ()) -> list[Entry]:
+        """Up to n entries of distinct tasks not in exclude_task_ids: tasks uniformly, then one of each
+        chosen task's entries uniformly. Deterministic given rng's state (and the buffer's contents)."""
+        if not _is_int(n) or n < 0:
+            raise ValueError(f"replay buffer sample: n must be a non-negative int, got {n!r}")
+        excluded = set(exclude_task_ids)
+        by_task: dict[str, list[Entry]] = {}
+        for entry in self._entries.values():
+            if entry.task.id not in excluded:
+                by_task.setdefault(entry.task.id, []).append(entry)
+        chosen = rng.sample(list(by_task), min(int(n), len(by_task)))
+        return [rng.choice(by_task[task_id]) for task_id in chosen]
+
+    def entries(self) -> list[Entry]:
+        """All entries, oldest first."""
+        return list(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def domain_counts(self) -> dict[str, int]:
+        """Entries per domain, domains sorted by name."""
+        return {d: len(ids) for d, ids in sorted(self._by_domain.items())}
+
+    def num_tasks(self) -> int:
+        """Distinct task ids held."""
+        return len({e.task.id for e in self._entries.values()})
+
+    def mean_age(self, step: int) -> float:
+        """Mean of (step - entry.step) over the entries; 0.0 when empty."""
+        if not self._entries:
+            return 0.0
+        return sum(step - e.step for e in self._entries.values()) / len(self._entries)
+
+    def state_summary(self) -> dict[str, Any]:
+        """JSON-ready numbers for metrics and summary.json."""
+        steps = [e.step for e in self._entries.values()]
+        return {
+            "capacity": self.capacity,
+            "per_domain_quota": self.per_domain_quota,
+            "min_score": self.min_score,
+            "size": len(self._entries),
+            "tasks": self.num_tasks(),
+            "domains": self.domain_counts(),
+            "oldest_step": min(steps) if steps else None,
+            "newest_step": max(steps) if steps else None,
+            **self._stats,  # totals since the buffer was created: added, rejected (score < min_score), evicted
+        }
+
+    # ------------------------------------------------------------ persistence
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write entries.pkl (exact state) then summary.json into `directory`, each atomically."""
+        directory = Path(directory)
+        path = directory / ENTRIES_FILE
+        payload = {
+            "capacity": self.capacity,
+            "per_domain_quota": self.per_domain_quota,
+            "min_score": self.min_score,
+            "stats": dict(self._stats),
+            "entries": [(e.task, e.trajectory, e.score, e.step) for e in self._entries.values()],
+        }
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_entries_atomic(path, payload)
+            summary = {"format": "posttrain-replay-buffer", "version": FORMAT_VERSION, "entries_file": ENTRIES_FILE}
+            text = json.dumps({**summary, **self.state_summary()}, indent=1) + "\n"
+            write_text_atomic(directory / SUMMARY_FILE, text)
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"cannot save replay buffer to {directory}: {_one_line(e)}") from e
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "ReplayBuffer":
+        """Read a buffer written by `save`: same entries in the same order, same counters, same sampling."""
+        path = Path(directory) / ENTRIES_FILE
+        payload = _read_entries(path)
+        try:
+            buf = cls(payload["capacity"], payload["per_domain_quota"], payload["min_score"])
+            stats = payload["stats"]
+            if set(stats) != set(buf._stats) or not all(_is_int(v) and v >= 0 for v in stats.values()):
+                raise ValueError(f"bad stats {stats!r}")
+            entries = payload["entries"]
+            if not isinstance(entries, list) or len(entries) > buf.capacity:
+                raise ValueError(f"entries must be a list of at most {buf.capacity}")
+            for task, traj, score, step in entries:
+                if not (isinstance(task, Task) and isinstance(traj, Trajectory) and traj.task_id == task.id):
+                    raise ValueError(f"entry is not a matching (Task, Trajectory) pair: {type(task).__name__}")
+                if not (_is_real(score) and _is_int(step)):
+                    raise ValueError(f"entry of task {task.id!r} has score {score!r}, step {step!r}")
+                buf._insert(Entry(task, traj, float(score), int(step)))
+            quota = buf.per_domain_quota
+            if quota is not None and any(len(ids) > quota for ids in buf._by_domain.values()):
+                raise ValueError(f"a domain holds more than per_domain_quota={quota} entries")
+            buf._stats = {k: int(stats[k]) for k in buf._stats}
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"replay buffer file {path} is malformed: {_one_line(e)}") from None
+        return buf
+
+
+# ---------------------------------------------------------------- file helpers
+
+
+class _HashingWriter:
+    """A file wrapper that hashes everything written through it (pickle streams; no big bytes copy)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+
+def _write_entries_atomic(path: Path, payload: dict) -> None:
+    """MAGIC + pickle + 'sha256:<hex>' to a temp file beside `path`, fsync, then os.replace.
+    (posttrain.fsio has only a text writer; this is its bytes twin.)"""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_MAGIC)
+            writer = _HashingWriter(f)
+            pickle.dump(payload, writer, protocol=_PICKLE_PROTOCOL)
+            f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_entries(path: Path) -> dict:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"replay buffer file {path} is missing") from None
+    except OSError as e:
+        raise CheckpointError(f"cannot read replay buffer file {path}: {_one_line(e)}") from None
+    tail = len(_TRAILER) + _DIGEST_HEX
+    if not data.startswith(_MAGIC):
+        raise CheckpointError(f"replay buffer file {path} is not a posttrain replay buffer (bad header)")
+    if len(data) < len(_MAGIC) + tail or not data[-tail:].startswith(_TRAILER):
+        raise CheckpointError(f"replay buffer file {path} is truncated (no checksum trailer)")
+    body = data[len(_MAGIC) : -tail]
+    if hashlib.sha256(body).hexdigest().encode("ascii") != data[-_DIGEST_HEX:]:
+        raise CheckpointError(f"replay buffer file {path} is corrupt (checksum mismatch)")
+    try:
+        payload = pickle.loads(body)
+    except Exception as e:  # the classes it names may have moved or changed
+        raise CheckpointError(f"replay buffer file {path} cannot be unpickled: {_one_line(e)}") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"replay buffer file {path} is malformed: payload is {type(payload).__name__}, not dict")
+    return payload
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"{type(e).__name__}: {text}"
