@@ -1,0 +1,118 @@
+"""The rollout `Engine` protocol, its request/result types, and the registry of engines.
+
+An engine turns prompts (token ids) into completions (token ids + the sampler's logprob of
+each sampled token) under per-request `SamplingParams`, and takes new policy weights with
+`update_weights(state_dict, version)`. Token-in, token-out: nothing is re-tokenized.
+
+    engine = ENGINES["hf"](model_path, tokenizer)          # or HFEngine(model, pad_token_id=...)
+    [c] = engine.generate([prompt_ids], [SamplingParams(temperature=1.0, max_tokens=64, seed=7)])
+    c.token_ids, c.logprobs, c.finish_reason
+
+Contract every engine keeps:
+- `logprobs[i]` is log_softmax(logits / T)[token_ids[i]] under the weights of `version`, before
+  top-k/top-p truncation (T = 0 reports the T = 1 logprobs);
+- the same request (prompt, params with a seed) on the same weights gives the same completion,
+  whatever else is in the batch;
+- `token_ids` are every sampled token: a stop token is included, and the token that completed a
+  stop string is the last one (the text is not trimmed here; callers decode what they need).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
+    top_k: int = 0  # 0 = off
+    max_tokens: int = 128  # new tokens at most, >= 1
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings (checked on the decoded completion)
+    seed: int | None = None  # same seed + same weights -> same completion, whatever else is in the batch
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str) or isinstance(self.stop_token_ids, int):
+            raise ValueError("SamplingParams.stop and stop_token_ids are tuples, not a single value")
+        if any(not s for s in self.stop):
+            raise ValueError("SamplingParams.stop holds an empty stop string")
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: tuple[int, ...]  # generated tokens only, the stop token included when it was hit
+    logprobs: tuple[float, ...]  # log_softmax(logits / T)[token] before top-p/top-k; T=0 -> T=1 logprobs
+    finish_reason: str  # "stop" | "length"
+
+
+@runtime_checkable
+class Engine(Protocol):
+    version: int  # policy version of the weights in use
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]: ...
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None: ...
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One next token per row, and its logprob log_softmax(logits / T)[token] (T = 0 -> T = 1).
+
+    logits [B, V]; temperature [B] (0 = greedy: argmax of the logits); top_k [B] long (0 = off);
+    top_p [B]; uniforms [B] float64 in [0, 1), one draw per row from that request's own generator.
+    Sampled rows: top-k, then top-p on the renormalised top-k distribution (the smallest
+    most-probable prefix whose mass reaches top_p; the first token always stays), then inverse-CDF
+    sampling with the row's uniform, so a row's token depends on its logits and its uniform only.
+    """
+    logits = logits.float()
+    greedy = temperature == 0
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.dtype)
+    logp = torch.log_softmax(logits / scale[:, None], dim=-1)
+    tokens = logits.argmax(dim=-1)
+    rows = (~greedy).nonzero().squeeze(1)
+    if rows.numel():
+        probs = logp[rows].double().exp()
+        k, p = top_k[rows], top_p[rows].double()
+        order = None
+        if bool((k > 0).any()) or bool((p < 1).any()):
+            probs, order = probs.sort(dim=-1, descending=True, stable=True)
+            ranks = torch.arange(probs.shape[-1], device=probs.device)
+            probs = probs * ((k[:, None] == 0) | (ranks[None, :] < k[:, None]))
+            mass_before = probs.cumsum(dim=-1) - probs
+            probs = probs * (mass_before < p[:, None] * probs.sum(dim=-1, keepdim=True))
+        cdf = probs.cumsum(dim=-1)
+        x = uniforms[rows].to(cdf)[:, None] * cdf[:, -1:]
+        idx = torch.searchsorted(cdf, x, right=True)
+        # u * total can round up to total: stay on the last token with probability > 0
+        idx = torch.minimum(idx, torch.searchsorted(cdf, cdf[:, -1:].contiguous(), right=False))
+        tokens[rows] = (order.gather(1, idx) if order is not None else idx).squeeze(1)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _hf_engine(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
+    """`model_or_path`: a path (loaded with train.model.load_model; options dtype, device) or an
+    HF causal LM the engine will own. Other options go to HFEngine (max_batch_sequences, ...)."""
+    from posttrain.rollout.hf import HFEngine
+
+    if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
+        return HFEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
+    if "pad_token_id" not in options:
+        options["pad_token_id"] = HFEngine.default_pad_token_id(model_or_path, tokenizer)
+    return HFEngine(model_or_path, tokenizer=tokenizer, **options)
+
+
+# name -> factory(model_or_path, tokenizer, **options) -> Engine
+ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf_engine}
