@@ -48,7 +48,7 @@ def run(
     overrides: Optional[list[str]] = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue each stage from its newest complete checkpoint."),
 ) -> None:
-    """Run a pipeline of stages (base, sft, eval, report) from one config."""
+    """Run a pipeline of stages (base, sft, rl, eval, report) from one config."""
     from posttrain.config import PipelineConfig, load_config
 
     path, rest = _split(config, overrides)
@@ -96,6 +96,23 @@ def sft(
 
     final = sft_recipe.run(cfg, resume=resume)
     err.print(f"[bold green]sft model[/]: {final}")
+
+
+@app.command()
+def rl(
+    config: Optional[str] = ConfigArg,
+    overrides: Optional[list[str]] = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue exactly from the newest complete checkpoint."),
+) -> None:
+    """Reinforcement learning with verifiable rewards (GRPO, Dr. GRPO, RLOO, REINFORCE++)."""
+    from posttrain.config import RLConfig, load_config
+
+    path, rest = _split(config, overrides)
+    cfg = load_config(RLConfig, path, rest)
+    from posttrain.recipes import rl as rl_recipe
+
+    final = rl_recipe.run(cfg, resume=resume)
+    err.print(f"[bold green]rl model[/]: {final}")
 
 
 @app.command("eval")

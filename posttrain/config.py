@@ -164,6 +164,118 @@ class EvalConfig(Strict):
     task_options: dict[str, dict[str, Any]] = {}  # reasoning-gym options per domain
 
 
+# ---------------------------------------------------------------- RL
+
+
+class DomainConfig(Strict):
+    """One domain of the task mixture: a reasoning-gym dataset by name, or a JSONL task file."""
+
+    name: str  # reasoning-gym dataset name, or any label for a JSONL source
+    weight: float = Field(1.0, gt=0)  # share of each step's prompts (normalised over the mixture)
+    path: str | None = None  # JSONL tasks ({"prompt", "answer", "verifier"} per line); None: reasoning-gym
+    options: dict[str, Any] = {}  # reasoning-gym dataset config, e.g. {"max_terms": 3}
+    eval_tasks: int = Field(64, ge=0)  # held-out tasks for the in-loop eval (reasoning-gym: eval seeds)
+
+
+class TemperatureConfig(Strict):
+    schedule: Literal["linear", "cosine", "constant"] = "linear"
+    start: float = Field(1.0, gt=0)  # 0.8-1.0 favours exploration
+    end: float = Field(0.3, gt=0)  # 0.2-0.4 favours stability
+    steps_per_epoch: int | None = Field(None, gt=0)  # None: the run is one epoch per 10% of its steps
+
+
+class RolloutConfig(Strict):
+    engine: Literal["hf"] = "hf"
+    prompts_per_step: int = Field(16, gt=0)
+    samples_per_prompt: int = Field(8, gt=0)  # group size
+    max_tokens: int = Field(128, gt=0)  # completion tokens per sample
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)  # 0: off
+    temperature: TemperatureConfig = TemperatureConfig()
+    max_batch_sequences: int = Field(256, gt=0)  # sequences decoded together
+
+
+class AlgoConfig(Strict):
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo"
+    policy_loss: Literal["ppo_clip"] = "ppo_clip"
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)  # clip-higher (DAPO)
+    dual_clip: float | None = Field(3.0, gt=1)  # None: off
+    aggregation: Literal["token_mean", "seq_mean", "seq_sum_norm"] = "token_mean"
+    kl_coef: float = Field(0.0, ge=0)  # 0: no reference model is loaded at all
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in: Literal["loss", "reward"] = "loss"
+    entropy_coef: float = Field(0.0, ge=0)
+    # old logprobs: the sampler's (default), or recomputed by the trainer before the update, with a
+    # truncated importance-sampling weight min(exp(trainer - sampler), tis_cap) for the gap
+    recompute_old_logprobs: bool = False
+    tis_cap: float | None = Field(2.0, gt=0)
+
+
+class DynamicSamplingConfig(Strict):
+    enabled: bool = True  # drop groups whose raw scores all agree, backfill with fresh ones
+    max_attempts: int = Field(3, ge=1)  # rollout rounds per step, the first included
+
+
+class BufferConfig(Strict):
+    enabled: bool = True
+    replay_ratio: float = Field(0.3, ge=0, lt=1)  # share of each batch's groups drawn from the buffer (0.3-0.5)
+    capacity: int = Field(4096, gt=0)
+    per_domain_quota: int | None = Field(None, gt=0)
+    min_score: float = Field(1.0, ge=0, le=1)  # raw score that counts as a success
+
+
+class RewardConfig(Strict):
+    format_pattern: str | None = None  # regex the completion should match (e.g. "Answer:")
+    format_weight: float = 0.0  # added when it matches
+    overlong_buffer: int = Field(0, ge=0)  # soft overlong penalty over the last N tokens of max_tokens (DAPO)
+    overlong_penalty: float = Field(1.0, ge=0)
+    length_target: int | None = Field(None, gt=0)  # penalise tokens beyond this ...
+    length_weight: float = Field(0.0, ge=0)  # ... by weight x excess / target
+
+
+class RLTrainConfig(Strict):
+    steps: int = Field(100, gt=0)
+    updates_per_step: int = Field(1, gt=0)  # optimizer updates per rollout batch (mini-batches)
+    max_tokens_per_microbatch: int = Field(8192, gt=0)
+    seed: int = 0
+    task_seed: int = 500_000  # training tasks come from reasoning-gym seeds from here (below eval's)
+    save_every: int = Field(25, gt=0)
+    keep_last: int = Field(2, gt=0)
+    eval_every: int = Field(25, gt=0)  # held-out greedy pass@1 per domain (and at the first and last step)
+    max_bad_steps: int = Field(3, gt=0)  # non-finite losses in a row that stop the run
+    max_seconds: float | None = Field(None, gt=0)  # stop (and save) at the first step past this
+
+
+class RLConfig(Strict):
+    out_dir: str = "runs/rl"
+    model: ModelConfig = ModelConfig(path="runs/sft/final")
+    tasks: list[DomainConfig] = [DomainConfig(name="basic_arithmetic"), DomainConfig(name="chain_sum")]
+    rollout: RolloutConfig = RolloutConfig()
+    algo: AlgoConfig = AlgoConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    buffer: BufferConfig = BufferConfig()
+    reward: RewardConfig = RewardConfig()
+    optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant")
+    train: RLTrainConfig = RLTrainConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "RLConfig":
+        if not self.tasks:
+            raise ValueError("tasks: the mixture is empty; name at least one domain")
+        names = [d.name for d in self.tasks]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"tasks: domain {dup[0]!r} appears more than once")
+        if self.rollout.samples_per_prompt < 2 and self.algo.advantage != "reinforce_pp":
+            raise ValueError(
+                f"rollout.samples_per_prompt=1 with the group-relative estimator {self.algo.advantage!r}: "
+                "use a group of at least 2 or algo.advantage=reinforce_pp"
+            )
+        return self
+
+
 # ---------------------------------------------------------------- pipeline
 
 
@@ -171,9 +283,10 @@ class PipelineConfig(Strict):
     """`posttrain run`: stages in order, each with its own section."""
 
     run_dir: str = "runs/quickstart"
-    stages: list[Literal["base", "sft", "eval", "report"]] = ["base", "sft", "eval", "report"]
+    stages: list[Literal["base", "sft", "rl", "eval", "report"]] = ["base", "sft", "eval", "report"]
     base: BaseConfig = BaseConfig()
     sft: SFTConfig = SFTConfig()
+    rl: RLConfig = RLConfig()
     eval: dict[str, EvalConfig] = {}  # name -> eval run, e.g. {"base": ..., "sft": ...}
     # reasoning-gym options per domain, handed to every stage that does not set its own
     # (SFT data, evals), so training and eval draw from the same task distribution
@@ -253,6 +366,9 @@ def _describe(error: dict[str, Any]) -> str:
         return f"unknown key {key!r}"
     if kind == "missing":
         return f"missing required key {key!r}"
+    if kind == "value_error":  # a model validator's own message says what is wrong
+        message = error["msg"].removeprefix("Value error, ")
+        return message if key == "<root>" else f"{key}: {message}"
     got = error.get("input")
     shown = repr(got) if not isinstance(got, dict) else "a mapping"
     if len(shown) > 60:

@@ -46,6 +46,7 @@ class Trajectory:
     loss_mask: Sequence[int]  # [T] 1 only on tokens the policy sampled
     logprobs: Sequence[float]  # [T] sampler logprobs (0.0 where loss_mask is 0)
     prompt_len: int
+    text: str = ""  # the decoded completion (what verifiers read)
     policy_version: int = 0
     turns: int = 1
     finish_reason: str = "stop"  # "stop" | "length" | "error"

@@ -4,11 +4,12 @@
       config.yaml        the resolved pipeline config
       base/              the embedded base (model/ in HF layout, metrics.jsonl)
       sft/               SFT checkpoints, metrics.jsonl, final/ (HF layout)
+      rl/                RL checkpoints (with the replay buffer), metrics.jsonl, final/
       eval/NAME.json     one eval per entry of `eval:` (e.g. base vs sft)
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,
-SFT starts from the base built here, an eval's `model` may name a stage ("base", "sft")
+SFT starts from the base built here, RL from the SFT model, an eval's `model` may name a stage ("base", "sft", "rl")
 instead of a path, and the top-level `task_options` reach every stage that draws tasks.
 """
 
@@ -34,11 +35,19 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
         cfg.base.out_dir = str(run_dir / "base")
     if "out_dir" not in cfg.sft.model_fields_set:
         cfg.sft.out_dir = str(run_dir / "sft")
-    outputs = {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final")}
+    if "out_dir" not in cfg.rl.model_fields_set:
+        cfg.rl.out_dir = str(run_dir / "rl")
+    outputs = {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final"),
+               "rl": str(Path(cfg.rl.out_dir) / "final")}
     if "model" not in cfg.sft.model_fields_set or "path" not in cfg.sft.model.model_fields_set:
         cfg.sft.model.path = outputs["base"]
+    if "model" not in cfg.rl.model_fields_set or "path" not in cfg.rl.model.model_fields_set:
+        cfg.rl.model.path = outputs["sft"] if "sft" in cfg.stages or "base" not in cfg.stages else outputs["base"]
     if cfg.task_options and "task_options" not in cfg.sft.data.model_fields_set:
         cfg.sft.data.task_options = cfg.task_options
+    for domain in cfg.rl.tasks:
+        if domain.path is None and not domain.options and domain.name in cfg.task_options:
+            domain.options = dict(cfg.task_options[domain.name])
     for name, ev in cfg.eval.items():
         if cfg.task_options and "task_options" not in ev.model_fields_set:
             ev.task_options = cfg.task_options
@@ -63,6 +72,12 @@ def _sft(cfg: PipelineConfig, resume: bool) -> None:
     sft.run(cfg.sft, resume=resume)
 
 
+def _rl(cfg: PipelineConfig, resume: bool) -> None:
+    from posttrain.recipes import rl
+
+    rl.run(cfg.rl, resume=resume)
+
+
 def _eval(cfg: PipelineConfig, resume: bool) -> None:
     from posttrain.eval import harness
 
@@ -80,6 +95,7 @@ def _report(cfg: PipelineConfig, resume: bool) -> None:
 STAGES: dict[str, Callable[[PipelineConfig, bool], None]] = {
     "base": _base,
     "sft": _sft,
+    "rl": _rl,
     "eval": _eval,
     "report": _report,
 }

@@ -1,0 +1,96 @@
+"""Tasks from a JSONL file: one task per line.
+
+    {"prompt": "What is 2+3?", "answer": "5", "verifier": "numeric"}
+    {"id": "q7", "prompt": [{"role": "user", "content": "..."}], "answer": "Paris", "verifiers": ["exact"]}
+
+`prompt` is a user message (string) or a list of chat messages; `answer` is the reference
+the verifiers compare against; `verifier` (one name) or `verifiers` (a list) name
+registered verifiers (default: `exact`). Optional: `id` (default `DOMAIN/LINE`),
+`max_tokens`. A bad line is a DataError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from posttrain.errors import ConfigError, DataError
+from posttrain.types import Limits, Task
+
+DEFAULT_VERIFIER = "exact"
+_KEYS = {"id", "prompt", "answer", "verifier", "verifiers", "max_tokens", "metadata"}
+
+
+def _messages(prompt, where: str) -> tuple[dict, ...]:
+    if isinstance(prompt, str) and prompt.strip():
+        return ({"role": "user", "content": prompt},)
+    if isinstance(prompt, list) and prompt:
+        for i, m in enumerate(prompt):
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise DataError(f"{where}: prompt[{i}] must be {{'role': str, 'content': str}}")
+        return tuple(dict(m) for m in prompt)
+    raise DataError(f"{where}: 'prompt' must be a non-empty string or a list of chat messages")
+
+
+def parse_task(record, domain: str, where: str, default_id: str) -> Task:
+    from posttrain.verifiers import get_verifier
+
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    unknown = sorted(set(record) - _KEYS)
+    if unknown:
+        raise DataError(f"{where}: unknown key {unknown[0]!r} (expected some of {sorted(_KEYS)})")
+    if "prompt" not in record:
+        raise DataError(f"{where}: missing 'prompt'")
+    if "answer" not in record:
+        raise DataError(f"{where}: missing 'answer' (the reference the verifier checks)")
+    names = record.get("verifiers", [record["verifier"]] if "verifier" in record else [DEFAULT_VERIFIER])
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        raise DataError(f"{where}: 'verifiers' must be a non-empty list of names")
+    for name in names:
+        try:
+            get_verifier(name)
+        except ConfigError as e:
+            raise DataError(f"{where}: {e}") from None
+    limits = Limits()
+    if "max_tokens" in record:
+        if not isinstance(record["max_tokens"], int) or record["max_tokens"] <= 0:
+            raise DataError(f"{where}: 'max_tokens' must be a positive integer")
+        limits = Limits(max_new_tokens=record["max_tokens"])
+    task_id = record.get("id", default_id)
+    if not isinstance(task_id, str) or not task_id:
+        raise DataError(f"{where}: 'id' must be a non-empty string")
+    return Task(
+        id=task_id if "/" in task_id else f"{domain}/{task_id}",
+        domain=domain,
+        prompt=_messages(record["prompt"], where),
+        reference=record["answer"],
+        verifiers=tuple(names),
+        limits=limits,
+        metadata=dict(record.get("metadata") or {}),
+    )
+
+
+def load_tasks(path: str | Path, domain: str) -> list[Task]:
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: task file not found")
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{p}:{lineno}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+            task = parse_task(record, domain, where, default_id=f"{domain}/{lineno}")
+            if task.id in seen:
+                raise DataError(f"{where}: duplicate task id {task.id!r}")
+            seen.add(task.id)
+            tasks.append(task)
+    if not tasks:
+        raise DataError(f"{p}: no tasks (the file is empty)")
+    return tasks

@@ -1,0 +1,146 @@
+"""The RL task mixture: domains with weights, each a task source with a cursor.
+
+    mix = build_mixture(cfg.tasks, task_seed=500_000, seed=0)
+    tasks = mix.sample(16, step=3, attempt=0)      # 16 tasks, domains drawn by weight
+    state = mix.state_dict(); mix.load_state_dict(state)   # cursors, for exact resume
+
+Which domain each slot gets is drawn from a generator seeded by (seed, step, attempt), so
+it needs no saved RNG state; each source advances its own cursor, which the checkpoint
+keeps. Sources:
+- reasoning-gym: items from seed `task_seed` upwards (below the eval seeds), skipping the
+  questions of the held-out eval items; eval tasks are the first items from the eval seed,
+  the same ones `posttrain eval` scores;
+- JSONL: the file's tasks in an order reshuffled every pass, the last `eval_tasks` lines
+  held out for eval.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol, Sequence
+
+from posttrain.errors import ConfigError
+from posttrain.tasks import reasoning_gym as rg
+from posttrain.tasks.jsonl import load_tasks
+from posttrain.types import Task
+
+BLOCK = 64  # reasoning-gym items built at a time
+
+
+class Source(Protocol):
+    domain: str
+
+    def take(self, n: int) -> list[Task]: ...
+    def eval_tasks(self) -> list[Task]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class GymSource:
+    def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
+        rg.check_domain(domain)
+        self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
+        key = rg._config_key(domain, self.options)
+        self._held_out = rg.held_out_questions(domain, rg._config_key(domain, None)) | rg.held_out_questions(domain, key)
+        self.cursor = 0  # raw reasoning-gym items consumed
+
+    def take(self, n: int) -> list[Task]:
+        out: list[Task] = []
+        while len(out) < n:
+            start = self.task_seed + self.cursor
+            if start + BLOCK > rg.EVAL_SEED_START:
+                raise ConfigError(f"domain {self.domain!r}: training items ran into the eval seeds; lower train.task_seed")
+            block = rg.make_tasks(self.domain, BLOCK, start, config=self.options)
+            for task in block:
+                self.cursor += 1
+                if task.reference["question"] not in self._held_out:
+                    out.append(task)
+                    if len(out) == n:
+                        break
+        return out
+
+    def eval_tasks(self) -> list[Task]:
+        if self.n_eval == 0:
+            return []
+        return rg.make_tasks(self.domain, self.n_eval, rg.EVAL_SEED_START, config=self.options)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state["cursor"])
+
+
+class JsonlSource:
+    def __init__(self, domain: str, path: str, seed: int, n_eval: int):
+        tasks = load_tasks(path, domain)
+        if n_eval and len(tasks) <= n_eval:
+            raise ConfigError(f"domain {domain!r}: {path} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
+        self.domain, self.seed = domain, seed
+        self.train = tasks[: len(tasks) - n_eval] if n_eval else tasks
+        self.held_out = tasks[len(tasks) - n_eval :] if n_eval else []
+        self.cursor = 0  # tasks handed out so far (over all passes)
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.train)))
+        random.Random(f"jsonl:{self.seed}:{self.domain}:{epoch}").shuffle(order)
+        return order
+
+    def take(self, n: int) -> list[Task]:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.cursor, len(self.train))
+            out.append(self.train[self._order(epoch)[i]])
+            self.cursor += 1
+        return out
+
+    def eval_tasks(self) -> list[Task]:
+        return list(self.held_out)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state["cursor"])
+
+
+class Mixture:
+    def __init__(self, sources: Sequence[Source], weights: Sequence[float], seed: int):
+        if not sources:
+            raise ConfigError("tasks: the mixture is empty; name at least one domain")
+        self.sources = list(sources)
+        total = float(sum(weights))
+        self.weights = [w / total for w in weights]
+        self.seed = seed
+
+    @property
+    def domains(self) -> list[str]:
+        return [s.domain for s in self.sources]
+
+    def sample(self, n: int, step: int, attempt: int = 0) -> list[Task]:
+        """n tasks; the domain of each slot is drawn by weight from a generator seeded by (seed, step, attempt)."""
+        rng = random.Random(f"mix:{self.seed}:{step}:{attempt}")
+        picks = rng.choices(range(len(self.sources)), weights=self.weights, k=n)
+        taken = {i: iter(self.sources[i].take(picks.count(i))) for i in sorted(set(picks))}
+        return [next(taken[i]) for i in picks]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {s.domain: s.state_dict() for s in self.sources}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [s.domain for s in self.sources if s.domain not in state]
+        if missing:
+            raise ConfigError(f"saved mixture state has no cursor for domain {missing[0]!r}: was the task list changed?")
+        for s in self.sources:
+            s.load_state_dict(state[s.domain])
+
+
+def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
+    """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set)."""
+    sources: list[Source] = []
+    for d in domains:
+        if d.path is not None:
+            sources.append(JsonlSource(d.name, d.path, seed, d.eval_tasks))
+        else:
+            sources.append(GymSource(d.name, d.options, task_seed, d.eval_tasks))
+    return Mixture(sources, [d.weight for d in domains], seed)

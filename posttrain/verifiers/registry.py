@@ -1,0 +1,71 @@
+"""Verifiers by name: a verifier is a plain function `(task, trajectory) -> Score | None`.
+
+    @register("exact")
+    def exact(task, traj): ...
+    scores, failures = run_verifiers(task, traj)   # one Score per verifier the task names
+
+None means "cannot judge" (e.g. no reference); a verifier that raises is caught here: it
+counts as a failure, its sample gets no score from it, and the step goes on. Each task names
+its verifiers (`Task.verifiers`), so the RL loop never branches on the domain.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable
+
+from posttrain.errors import ConfigError
+from posttrain.types import Score, Task, Trajectory
+
+Verifier = Callable[[Task, Trajectory], "Score | None"]
+VERIFIERS: dict[str, Verifier] = {}
+
+
+def register(name: str) -> Callable[[Verifier], Verifier]:
+    def add(fn: Verifier) -> Verifier:
+        if name in VERIFIERS and VERIFIERS[name] is not fn:
+            raise ValueError(f"verifier {name!r} is already registered")
+        VERIFIERS[name] = fn
+        return fn
+
+    return add
+
+
+def get_verifier(name: str) -> Verifier:
+    _load_builtins()
+    if name not in VERIFIERS:
+        close = difflib.get_close_matches(name, list(VERIFIERS), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"unknown verifier {name!r}{hint}; known: {', '.join(sorted(VERIFIERS))}")
+    return VERIFIERS[name]
+
+
+def run_verifiers(task: Task, traj: Trajectory) -> tuple[list[Score], list[str]]:
+    """Scores of every verifier `task` names, and the errors of those that raised (as 'name: message')."""
+    scores: list[Score] = []
+    errors: list[str] = []
+    for name in task.verifiers:
+        fn = get_verifier(name)
+        try:
+            score = fn(task, traj)
+        except Exception as e:  # a broken verifier must not stop the run
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        if score is None:
+            continue
+        if not (0.0 <= score.value <= 1.0):
+            errors.append(f"{name}: score {score.value!r} outside [0, 1]")
+            continue
+        scores.append(score)
+    return scores, errors
+
+
+def task_score(scores: list[Score]) -> float | None:
+    """The raw task score: the mean of the verifiers' values, None when none judged."""
+    if not scores:
+        return None
+    return sum(s.value for s in scores) / len(scores)
+
+
+def _load_builtins() -> None:
+    from posttrain.verifiers import basic  # noqa: F401  (registers exact, numeric, reasoning_gym)
