@@ -87,6 +87,27 @@ def test_greedy_matches_hf_generate_with_left_padding(sharp_model, engine, promp
         assert [c.token_ids for c in again] == theirs
 
 
+def test_left_padding_keeps_absolute_positions(prompts, tiny_tokenizer):
+    """RoPE only sees position differences, so a shift would go unnoticed above: GPT-2 adds
+    absolute position embeddings, so batched output equals one-at-a-time only if padding does
+    not shift the positions."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tiny_tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=128,
+                        bos_token_id=None, eos_token_id=tiny_tokenizer.eos_token_id, pad_token_id=0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(10.0)
+    eng = HFEngine(copy.deepcopy(model), pad_token_id=0)
+    together = eng.generate(prompts, [greedy(8)] * len(prompts))
+    alone = [eng.generate([p], [greedy(8)])[0] for p in prompts]
+    assert all(same(a, b) for a, b in zip(together, alone))
+    assert [c.token_ids for c in together] == hf_generate(model, prompts, 8, [tiny_tokenizer.eos_token_id], 0)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_equal_full_forward(sharp_model, engine, prompts, temperature):
     params = [
@@ -112,10 +133,11 @@ def test_per_request_seed_is_batch_independent(sharp_model, engine, prompts):
     request = SamplingParams(temperature=1.0, max_tokens=10, seed=123)
     alone = engine.generate([prompts[2]], [request])[0]
     others = [SamplingParams(temperature=0.9, max_tokens=m, seed=s) for m, s in ((3, 7), (12, 8), (5, 9))]
-    batch = engine.generate([prompts[0], prompts[1], prompts[2], prompts[3]], [others[0], others[1], request, others[2]])
+    batch = engine.generate(prompts, [others[0], others[1], request, others[2]])
     assert same(batch[2], alone)  # padded to the longest prompt, neighbours finish earlier and later
     small = HFEngine(copy.deepcopy(sharp_model), pad_token_id=0, max_batch_sequences=2)
-    assert all(same(c, alone) for c in small.generate([prompts[1], prompts[2], prompts[2]], [others[1], request, request])[1:])
+    in_small_batches = small.generate([prompts[1], prompts[2], prompts[2]], [others[1], request, request])
+    assert all(same(c, alone) for c in in_small_batches[1:])
     different = [engine.generate([prompts[2]], [SamplingParams(max_tokens=10, seed=s)])[0] for s in (124, 125)]
     assert alone.token_ids not in [d.token_ids for d in different]
     # unseeded requests draw their seed from the global torch RNG
@@ -161,7 +183,8 @@ def test_sampling_frequencies_match_softmax(sharp_model, engine, prompts):
 
     # top-k = 5: only the 5 most probable tokens, at their renormalised probabilities
     top5 = probs.topk(5).indices
-    outs = engine.generate([prompt] * 1000, [SamplingParams(temperature=t, max_tokens=1, top_k=5, seed=s) for s in range(1000)])
+    top5_params = [SamplingParams(temperature=t, max_tokens=1, top_k=5, seed=s) for s in range(1000)]
+    outs = engine.generate([prompt] * 1000, top5_params)
     counts = torch.bincount(torch.tensor([c.token_ids[0] for c in outs]), minlength=probs.numel())
     assert int(counts[top5].sum()) == 1000
     renorm = torch.zeros_like(probs)
@@ -193,7 +216,8 @@ def test_sample_next_by_hand():
     assert torch.allclose(lp, probs[0].log()[tok])  # logprobs before truncation
     assert run([0.0, 0.5, 0.6, 0.9], top_p=0.5)[0] == [3, 3, 2, 2]  # 0.4 < 0.5, so 0.3 joins; 0.2 does not
     assert run([0.0, 0.5, 0.9, 0.999], top_p=0.35)[0] == [3, 3, 3, 3]  # 0.4 alone reaches 0.35
-    tok, lp = sample_next(logits[:1] * 3, torch.zeros(1), torch.zeros(1, dtype=torch.long), ones[:1], torch.zeros(1).double())
+    zero_k = torch.zeros(1, dtype=torch.long)
+    tok, lp = sample_next(logits[:1] * 3, torch.zeros(1), zero_k, ones[:1], torch.zeros(1).double())
     assert tok.tolist() == [3] and torch.allclose(lp, torch.log_softmax(logits[0] * 3, -1)[3:])  # greedy: T=1
 
 
@@ -201,7 +225,8 @@ def test_finish_reasons_and_per_request_max_tokens(engine, prompts, tiny_tokeniz
     base = engine.generate(prompts[:1], [greedy(10)])[0]
     assert base.finish_reason == "length" and len(base.token_ids) == 10
     stop_tok = engine.generate(prompts[:1], [greedy(10, stop_token_ids=(base.token_ids[4],))])[0]
-    assert stop_tok.finish_reason == "stop" and stop_tok.token_ids == base.token_ids[: base.token_ids.index(base.token_ids[4]) + 1]
+    first_stop = base.token_ids.index(base.token_ids[4])  # that id may occur earlier too
+    assert stop_tok.finish_reason == "stop" and stop_tok.token_ids == base.token_ids[: first_stop + 1]
     # a stop string spanning tokens 3..5 of the greedy completion ends it at token 5
     text_upto = [tiny_tokenizer.decode(base.token_ids[:i]) for i in range(11)]
     target = text_upto[6][len(text_upto[3]) :]
@@ -214,6 +239,8 @@ def test_finish_reasons_and_per_request_max_tokens(engine, prompts, tiny_tokeniz
     bare = HFEngine(copy.deepcopy(engine.model), pad_token_id=0)
     with pytest.raises(ValueError, match="tokenizer"):
         bare.generate(prompts[:1], [greedy(3, stop=("x",))])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.generate([[0, 10**6]], [greedy(3)])
     with pytest.raises(ValueError, match="one per prompt"):
         engine.generate(prompts, [greedy(3)])
     with pytest.raises(ValueError, match="top_p"):
