@@ -57,6 +57,8 @@ def parse_task(record, domain: str, where: str, default_id: str) -> Task:
         if not isinstance(record["max_tokens"], int) or record["max_tokens"] <= 0:
             raise DataError(f"{where}: 'max_tokens' must be a positive integer")
         limits = Limits(max_new_tokens=record["max_tokens"])
+    if not isinstance(record.get("metadata") or {}, dict):
+        raise DataError(f"{where}: 'metadata' must be a JSON object")
     task_id = record.get("id", default_id)
     if not isinstance(task_id, str) or not task_id:
         raise DataError(f"{where}: 'id' must be a non-empty string")
