@@ -79,11 +79,15 @@ def load_tasks(path: str | Path, domain: str) -> list[Task]:
         raise DataError(f"{p}: task file not found")
     tasks: list[Task] = []
     seen: set[str] = set()
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{p}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            where = f"{p}:{lineno}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
