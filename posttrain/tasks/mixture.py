@@ -80,11 +80,14 @@ class JsonlSource:
         self.train = tasks[: len(tasks) - n_eval] if n_eval else tasks
         self.held_out = tasks[len(tasks) - n_eval :] if n_eval else []
         self.cursor = 0  # tasks handed out so far (over all passes)
+        self._cached: tuple[int, list[int]] = (-1, [])  # (pass, its order)
 
     def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.train)))
-        random.Random(f"jsonl:{self.seed}:{self.domain}:{epoch}").shuffle(order)
-        return order
+        if self._cached[0] != epoch:  # one shuffle per pass, not one per task
+            order = list(range(len(self.train)))
+            random.Random(f"jsonl:{self.seed}:{self.domain}:{epoch}").shuffle(order)
+            self._cached = (epoch, order)
+        return self._cached[1]
 
     def take(self, n: int) -> list[Task]:
         out = []
