@@ -190,7 +190,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             metrics.update(skipped)
             metrics.update({"time/sync": time.perf_counter() - t2, "temperature": temperature,
                             "lr": scheduler.get_last_lr()[0], "verifier_errors": len(ctx.verifier_errors),
-                            "samples": sum(len(g.trajectories) for g in groups)})
+                            "samples": sum(t.reward is not None for g in groups for t in g.trajectories),
+                            "unscored_samples": sum(t.reward is None for g in groups for t in g.trajectories)})
             if buffer is not None:
                 metrics.update({"buffer/size": len(buffer), "buffer/mean_age": buffer.mean_age(step)})
             if ctx.verifier_errors:

@@ -54,7 +54,7 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature:
         per_token = pg
         if mb.ref_logprobs is not None:
             kl = kl_estimate(logp, mb.ref_logprobs, algo.kl_estimator)
-            sums["kl"] += float((w * kl).sum())
+            sums["kl"] += float((w * kl).detach().sum())
             if algo.kl_in == "loss":
                 per_token = per_token + algo.kl_coef * kl
         if algo.entropy_coef > 0:
@@ -68,8 +68,8 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature:
             return {"nonfinite": "loss"}
         loss.backward()
         n = mb.num_tokens
-        sums["loss"] += float(loss)
-        sums["pg_loss"] += float((w * pg).sum())
+        sums["loss"] += float(loss.detach())
+        sums["pg_loss"] += float((w * pg).detach().sum())
         sums["entropy"] += float((w * ent.detach()).sum())
         sums["clip_frac"] += float(stats["clip_frac"]) * n
         sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio_max"]))

@@ -1,0 +1,150 @@
+"""The RL recipe end to end on the tiny fixture model and a toy verifier it can learn:
+reward rises, every phase is timed, checkpoints hold the replay buffer and cursors, a raising
+verifier is counted and skipped, non-finite losses stop the run with the last checkpoint
+intact, no reference model is loaded when kl_coef is 0, and bad configs are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from posttrain.buffer import ReplayBuffer
+from posttrain.checkpoint import latest_checkpoint, list_checkpoints
+from posttrain.config import RLConfig, load_config
+from posttrain.errors import ConfigError, TrainingError
+from posttrain.recipes import rl
+from posttrain.telemetry.metrics import read_metrics
+from posttrain.train.model import load_model
+from posttrain.types import Score
+from posttrain.verifiers import VERIFIERS, register
+from tests.recipes.rl_toy import overrides, write_tasks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cfg_for(tmp_path, model_dir, **extra) -> RLConfig:
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    return load_config(RLConfig, None, overrides(model_dir, tasks, tmp_path / "run", **extra))
+
+
+def test_rl_raises_reward_and_logs_every_phase(tmp_path, tiny_model_dir):
+    cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 12, "train.eval_every": 6, "train.save_every": 6,
+                                                  "optim.lr": 1e-2, "rollout.samples_per_prompt": 8})
+    final = rl.run(cfg)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == list(range(1, 13))
+    first = sum(r["score/mean"] for r in steps[:3]) / 3
+    last = sum(r["score/mean"] for r in steps[-3:]) / 3
+    assert first < 0.75 and last > first + 0.15, (first, last)  # a random policy is right half the time
+    for key in ("time/rollout", "time/verify", "time/update", "time/sync", "time/step", "temperature",
+                "domain/toy/pass_rate", "domain/toy/zero_variance_frac", "domain/toy/completion_len",
+                "filtered_groups", "buffer/size", "grad_norm", "clip_frac"):
+        assert key in steps[0], key
+    temps = [r["temperature"] for r in steps]
+    assert temps[0] == 1.0 and temps[-1] == pytest.approx(0.3) and temps == sorted(temps, reverse=True)
+    assert [r["step"] for r in rows if "eval/toy/pass@1" in r] == [0, 6, 12]
+    assert load_model(str(final)).config.num_hidden_layers == 2
+    ckpt = latest_checkpoint(tmp_path / "run")
+    state = json.loads((ckpt / "state.json").read_text())
+    assert state["step"] == 12 and state["mixture"]["toy"]["cursor"] >= 12 * 3 and state["reference"] is None
+    buf = ReplayBuffer.load(ckpt / "replay")
+    assert len(buf) == steps[-1]["buffer/size"] > 0
+    assert any(r["replay_groups"] > 0 for r in steps[1:])
+
+
+def test_raising_verifier_is_counted_and_the_step_goes_on(tmp_path, tiny_model_dir):
+    calls = {"n": 0}
+
+    def flaky(task, traj):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise RuntimeError("verifier crashed")
+        return Score(float(traj.token_ids[traj.prompt_len] % 2 == 0), "flaky")
+
+    if "flaky_test" not in VERIFIERS:
+        register("flaky_test")(lambda task, traj: flaky(task, traj))
+    VERIFIERS["flaky_test"] = flaky
+    tasks = write_tasks(tmp_path / "flaky.jsonl", verifier="flaky_test")
+    cfg = load_config(RLConfig, None, overrides(tiny_model_dir, tasks, tmp_path / "run", **{"train.steps": 2}))
+    rl.run(cfg)
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["step"] > 0]
+    assert len(rows) == 2 and all(r["verifier_errors"] > 0 for r in rows)
+    assert all(r["unscored_samples"] > 0 and r["samples"] + r["unscored_samples"] <= 16 for r in rows)
+
+
+def test_nonfinite_losses_stop_the_run_with_the_last_checkpoint_intact(tmp_path, tiny_model_dir, monkeypatch):
+    import posttrain.train.rl_update as upd
+
+    real, calls = upd.token_logits, {"n": 0}
+
+    def poisoned(model, mb, temperature):
+        logits = real(model, mb, temperature)
+        calls["n"] += 1
+        return logits * float("nan") if step_now["value"] >= 2 else logits
+
+    step_now = {"value": 0}
+    real_update = upd.update_policy
+
+    def counting_update(*a, **kw):
+        out = real_update(*a, **kw)
+        step_now["value"] += 1
+        return out
+
+    monkeypatch.setattr(upd, "token_logits", poisoned)
+    monkeypatch.setattr(rl, "update_policy", counting_update)
+    cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 10, "train.max_bad_steps": 3})
+    with pytest.raises(TrainingError, match="3 steps in a row had a non-finite"):
+        rl.run(cfg)
+    saved = dict(list_checkpoints(tmp_path / "run"))
+    assert sorted(saved) == [2, 4]  # step 4 was saved mid-streak: its updates were skipped, so ...
+    before, latest = (load_model(str(saved[s] / "model")).state_dict() for s in (2, 4))
+    assert all(torch.equal(before[k], latest[k]) for k in before)  # ... it holds the step-2 weights
+    assert all(torch.isfinite(v).all() for v in latest.values())
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["step"] > 2]
+    assert [r["skip_reason"] for r in rows] == ["non-finite loss"] * 3
+
+
+def test_no_reference_model_without_kl_and_kl_logged_with_it(tmp_path, tiny_model_dir, monkeypatch):
+    loads = []
+    real = rl.load_model
+    monkeypatch.setattr(rl, "load_model", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    rl.run(cfg_for(tmp_path / "a", tiny_model_dir, **{"train.steps": 1}) if (tmp_path / "a").mkdir() is None else None)
+    assert len(loads) == 1
+    loads.clear()
+    cfg = cfg_for(tmp_path / "b", tiny_model_dir, **{"train.steps": 2, "algo.kl_coef": 0.1}) \
+        if (tmp_path / "b").mkdir() is None else None
+    rl.run(cfg)
+    assert len(loads) == 2
+    rows = [r for r in read_metrics(tmp_path / "b" / "run" / "metrics.jsonl") if r["step"] > 0]
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-5)  # policy == reference before the first update
+    assert rows[1]["kl"] > 0
+    state = json.loads((latest_checkpoint(tmp_path / "b" / "run") / "state.json").read_text())
+    assert state["reference"].startswith("model:")
+
+
+@pytest.mark.parametrize("override, message", [
+    (["tasks=[]"], "the mixture is empty"),
+    (["rollout.prompts_per_step=0"], "rollout.prompts_per_step"),
+    (["rollout.samples_per_prompt=1"], "group-relative estimator 'grpo'"),
+    (['tasks=[{"name": "basic_arithmetc"}]', "train.steps=1"], "did you mean basic_arithmetic"),
+])
+def test_bad_config_is_a_one_line_error(tmp_path, tiny_model_dir, override, message):
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "rl", f"model.path={tiny_model_dir}",
+                           f"out_dir={tmp_path / 'run'}", *override], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
