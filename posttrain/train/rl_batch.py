@@ -104,7 +104,8 @@ def build_rl_microbatches(samples: list[Sample], *, max_tokens_per_microbatch: i
     if not samples:
         return []
     lengths = [len(s.token_ids) for s in samples]
-    row_tokens = min(max(ROW_TOKENS, max(lengths)), max(max_tokens_per_microbatch, max(lengths)))
+    # rows never outgrow the budget (a longer sequence still gets a row, and a micro-batch, of its own)
+    row_tokens = min(max(ROW_TOKENS, max(lengths)), max_tokens_per_microbatch)
     rows = pack_ffd(lengths, row_tokens)
     groups = _group_by_budget([sum(lengths[i] for i in row) for row in rows], max_tokens_per_microbatch)
     return [_collate(samples, [rows[j] for j in g], pad_id) for g in groups]
