@@ -204,7 +204,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                 metrics.update(held_out_eval())
             metrics["time/step"] = time.perf_counter() - started
             logger.log(step, metrics)
-            bar.update(1, reward=metrics.get("reward/mean", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
+            bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)
             if bad_streak:
                 console.print(f"[yellow]warning:[/] step {step}: update skipped: {metrics['skip_reason']}")

@@ -1,10 +1,11 @@
 """What the RL loop reports about its samples and its held-out progress.
 
 - `domain_metrics`: per step, over every generated group (dropped ones included): mean raw
-  score, pass rate, zero-variance fraction, completion length; overall and per domain
-  (`domain/<name>/...`); the mean shaped reward over the groups actually trained on;
-- `evaluate`: greedy pass@1 per domain on held-out tasks through the rollout engine
-  (`eval/<name>/pass@1`, `eval/pass@1` = mean over domains).
+  `score`, `pass_rate`, `zero_variance_frac`, `completion_len`, and the mean shaped `reward`
+  over the groups actually trained on; overall and per domain as `<metric>/<domain>` (so the
+  report draws one plot per metric with a line per domain);
+- `evaluate`: greedy pass@1 on held-out tasks through the rollout engine, `pass@1/<domain>`
+  and `pass@1` (the mean over domains).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _summary(groups: list[ScoredGroup]) -> dict[str, float]:
     raw = [r for g in groups for r in g.raw if r is not None]
     lengths = [sum(t.loss_mask) for g in groups for t in g.trajectories[g.replayed:]]
     return {
-        "score/mean": _mean(raw),
+        "score": _mean(raw),
         "pass_rate": _mean([float(r >= CORRECT) for r in raw]),
         "zero_variance_frac": _mean([float(not g.has_signal) for g in groups]),
         "completion_len": _mean([float(n) for n in lengths]),
@@ -37,15 +38,15 @@ def _summary(groups: list[ScoredGroup]) -> dict[str, float]:
 def domain_metrics(kept: list[ScoredGroup], generated: list[ScoredGroup]) -> dict[str, float]:
     out = _summary(generated)
     rewards = [t.reward for g in kept for t in g.trajectories if t.reward is not None]
-    out["reward/mean"] = _mean(rewards)
+    out["reward"] = _mean(rewards)
     by_domain: dict[str, list[ScoredGroup]] = defaultdict(list)
     for g in generated:
         by_domain[g.task.domain].append(g)
     for domain, groups in sorted(by_domain.items()):
-        out.update({f"domain/{domain}/{k}": v for k, v in _summary(groups).items()})
+        out.update({f"{k}/{domain}": v for k, v in _summary(groups).items()})
         kept_rewards = [t.reward for g in kept if g.task.domain == domain for t in g.trajectories
                         if t.reward is not None]
-        out[f"domain/{domain}/reward_mean"] = _mean(kept_rewards)
+        out[f"reward/{domain}"] = _mean(kept_rewards)
     return out
 
 
@@ -60,6 +61,6 @@ def evaluate(engine, tokenizer, eval_sets: dict[str, list[Task]], stop_ids, max_
         scores, errors = run_verifiers(task, traj)
         value = task_score(scores)
         correct[task.domain].append(float(not errors and value is not None and value >= CORRECT))
-    out = {f"eval/{d}/pass@1": _mean(v) for d, v in sorted(correct.items())}
-    out["eval/pass@1"] = _mean(list(out.values()))
+    out = {f"pass@1/{d}": _mean(v) for d, v in sorted(correct.items())}
+    out["pass@1"] = _mean(list(out.values()))
     return out

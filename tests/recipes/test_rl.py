@@ -47,16 +47,16 @@ def test_rl_raises_reward_and_logs_every_phase(tmp_path, tiny_model_dir):
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     steps = [r for r in rows if r["step"] > 0]
     assert [r["step"] for r in steps] == list(range(1, 13))
-    first = sum(r["score/mean"] for r in steps[:3]) / 3
-    last = sum(r["score/mean"] for r in steps[-3:]) / 3
+    first = sum(r["score"] for r in steps[:3]) / 3
+    last = sum(r["score"] for r in steps[-3:]) / 3
     assert first < 0.75 and last > first + 0.15, (first, last)  # a random policy is right half the time
     for key in ("time/rollout", "time/verify", "time/update", "time/sync", "time/step", "temperature",
-                "domain/toy/pass_rate", "domain/toy/zero_variance_frac", "domain/toy/completion_len",
+                "pass_rate/toy", "zero_variance_frac/toy", "completion_len/toy", "reward/toy",
                 "filtered_groups", "buffer/size", "grad_norm", "clip_frac"):
         assert key in steps[0], key
     temps = [r["temperature"] for r in steps]
     assert temps[0] == 1.0 and temps[-1] == pytest.approx(0.3) and temps == sorted(temps, reverse=True)
-    assert [r["step"] for r in rows if "eval/toy/pass@1" in r] == [0, 6, 12]
+    assert [r["step"] for r in rows if "pass@1/toy" in r] == [0, 6, 12]
     assert load_model(str(final)).config.num_hidden_layers == 2
     ckpt = latest_checkpoint(tmp_path / "run")
     state = json.loads((ckpt / "state.json").read_text())

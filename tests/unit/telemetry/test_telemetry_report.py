@@ -154,7 +154,7 @@ def test_grouping_rules():
     keys = ["lr", "loss", "eval_loss", "reward/a", "reward/b", "time/rollout", "time/update", "zeta", "eval_acc",
             "loss_tokens", "pass@4/x"]
     assert group_metrics(keys) == [
-        ("loss", ["loss", "eval_loss"]), ("reward", ["reward/a", "reward/b"]), ("pass@4", ["pass@4/x"]),
+        ("loss", ["loss", "eval_loss"]), ("pass@4", ["pass@4/x"]), ("reward", ["reward/a", "reward/b"]),
         ("eval_acc", ["eval_acc"]), ("lr", ["lr"]), ("time", ["time/rollout", "time/update"]),
         ("loss_tokens", ["loss_tokens"]), ("zeta", ["zeta"])]
 
