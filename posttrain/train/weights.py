@@ -47,7 +47,7 @@ def model_identity(path: str) -> str:
             h.update(f"{f.name}:{size}".encode())
             with f.open("rb") as fh:
                 h.update(fh.read(_CHUNK))
-                if size > 2 * _CHUNK:
-                    fh.seek(-_CHUNK, 2)
+                if size > _CHUNK:  # the last MiB, or all the rest of a file under 2 MiB
+                    fh.seek(max(_CHUNK, size - _CHUNK))
                     h.update(fh.read(_CHUNK))
     return f"{p.name}:{h.hexdigest()[:16]}"
