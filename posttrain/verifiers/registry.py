@@ -12,6 +12,7 @@ its verifiers (`Task.verifiers`), so the RL loop never branches on the domain.
 from __future__ import annotations
 
 import difflib
+import numbers
 from typing import Callable
 
 from posttrain.errors import ConfigError
@@ -52,6 +53,12 @@ def run_verifiers(task: Task, traj: Trajectory) -> tuple[list[Score], list[str]]
             errors.append(f"{name}: {type(e).__name__}: {e}")
             continue
         if score is None:
+            continue
+        if not isinstance(score, Score):
+            errors.append(f"{name}: returned {type(score).__name__}, expected Score or None")
+            continue
+        if not isinstance(score.value, numbers.Real):
+            errors.append(f"{name}: score {score.value!r} is not a number")
             continue
         if not (0.0 <= score.value <= 1.0):
             errors.append(f"{name}: score {score.value!r} outside [0, 1]")
