@@ -77,6 +77,15 @@ def test_run_verifiers_isolates_failures_and_checks_range(temp_verifiers):
     assert task_score(scores) == pytest.approx(0.75)
 
 
+def test_a_verifier_returning_a_non_score_is_an_error_not_a_crash(temp_verifiers):
+    temp_verifiers("_t_float", lambda t, tr: 1.0)
+    temp_verifiers("_t_str", lambda t, tr: Score("1", "_t_str"))
+    scores, errors = run_verifiers(task("5", verifiers=("_t_float", "_t_str", "exact")), traj("Answer: 5"))
+    assert [s.verifier for s in scores] == ["exact"]
+    assert errors[0].startswith("_t_float: returned float, expected Score or None")
+    assert errors[1].startswith("_t_str: score '1' is not a number")
+
+
 def test_run_verifiers_with_an_unknown_name_is_config_error():
     with pytest.raises(ConfigError, match="unknown verifier 'nope'"):
         run_verifiers(task("5", verifiers=("nope",)), traj("5"))
