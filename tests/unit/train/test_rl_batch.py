@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posttrain.train.model import load_model
-from posttrain.train.rl_batch import Sample, build_rl_microbatches, sequence_logprobs
+from posttrain.train.rl_batch import ROW_TOKENS, Sample, build_rl_microbatches, sequence_logprobs
 
 PAD = 0
 
@@ -61,12 +61,14 @@ def test_rows_are_padded_and_optional_fields_stay_none():
     (mb,) = build_rl_microbatches([a, b], max_tokens_per_microbatch=10, pad_id=PAD)
     assert mb.ref_logprobs is None and mb.token_weights is None
     assert mb.targets.tolist() == [3, 4, 5, 7, 8, 9, 10]
-    # rows hold up to 512 tokens: 300 + 250 need two rows, padded to 300 in one micro-batch
-    long = [Sample([7] * n, [0] + [1] * (n - 1), [-0.5] * n, 1.0, k) for k, n in enumerate([300, 250])]
+    # a row holds max(ROW_TOKENS, longest) tokens: two sequences around ROW_TOKENS need two rows,
+    # the shorter one padded to the longer in one micro-batch
+    n1, n2 = ROW_TOKENS + 44, ROW_TOKENS - 6
+    long = [Sample([7] * n, [0] + [1] * (n - 1), [-0.5] * n, 1.0, k) for k, n in enumerate([n1, n2])]
     (mb,) = build_rl_microbatches(long, max_tokens_per_microbatch=4096, pad_id=PAD)
-    assert mb.input_ids.shape == (2, 300)
-    assert (mb.input_ids[1, 250:] == PAD).all() and mb.position_ids[1, 250:].tolist() == list(range(50))
-    assert not mb.selected[1, 249:].any() and int(mb.selected.sum()) == 299 + 249 == mb.num_tokens
+    assert mb.input_ids.shape == (2, n1)
+    assert (mb.input_ids[1, n2:] == PAD).all() and mb.position_ids[1, n2:].tolist() == list(range(n1 - n2))
+    assert not mb.selected[1, n2 - 1 :].any() and int(mb.selected.sum()) == n1 - 1 + n2 - 1 == mb.num_tokens
 
 
 def random_samples(n: int, seed: int, lo: int = 4, hi: int = 40, vocab: int = 400) -> list[Sample]:
