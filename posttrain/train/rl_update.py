@@ -23,7 +23,8 @@ from posttrain.algos.kl import entropy_from_logits, kl_estimate
 from posttrain.algos.policy_loss import POLICY_LOSSES, token_weights
 from posttrain.config import AlgoConfig
 from posttrain.train.optim import clip_grad_norm
-from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logprobs, token_logits
+from posttrain.train.rl_batch import (Sample, build_rl_microbatches, gather_logprobs, supports_shared_prefix,
+                                      token_logits)
 
 
 def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
@@ -40,7 +41,8 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature:
                     max_tokens_per_microbatch: int, pad_id: int, device) -> dict:
     lengths = torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0}
-    for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id):
+    for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
+                                    share_prefix=supports_shared_prefix(model)):
         mb = mb.to(device)
         logits = token_logits(model, mb, temperature)
         logp = gather_logprobs(logits, mb.targets)
