@@ -19,10 +19,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import yaml
 from rich.console import Console
 
 from posttrain.config import PipelineConfig, save_config
 from posttrain.errors import ConfigError
+from posttrain.fsio import write_text_atomic
 
 console = Console(stderr=True)
 
@@ -66,16 +68,45 @@ def _base(cfg: PipelineConfig, resume: bool) -> None:
     base.run(cfg.base)
 
 
+INPUT_MARK = "input_model.txt"  # identity of the model a finished stage started from
+
+
+def finished_with(out_dir: str, stage_cfg) -> bool:
+    """True when out_dir holds a final model trained with exactly this config from exactly this
+    input model (so re-running a pipeline skips it instead of refusing to overwrite it)."""
+    from posttrain.train.weights import model_identity
+
+    saved, mark = Path(out_dir) / "config.yaml", Path(out_dir) / INPUT_MARK
+    if not (Path(out_dir) / "final").is_dir() or not saved.is_file() or not mark.is_file():
+        return False
+    current = yaml.safe_dump(stage_cfg.model_dump(mode="json"), sort_keys=False)
+    return saved.read_text() == current and mark.read_text() == model_identity(stage_cfg.model.path)
+
+
+def mark_finished(out_dir: str, stage_cfg) -> None:
+    from posttrain.train.weights import model_identity
+
+    write_text_atomic(Path(out_dir) / INPUT_MARK, model_identity(stage_cfg.model.path))
+
+
 def _sft(cfg: PipelineConfig, resume: bool) -> None:
     from posttrain.recipes import sft
 
+    if finished_with(cfg.sft.out_dir, cfg.sft):
+        console.print(f"sft: {cfg.sft.out_dir}/final was trained with this config; skipped")
+        return
     sft.run(cfg.sft, resume=resume)
+    mark_finished(cfg.sft.out_dir, cfg.sft)
 
 
 def _rl(cfg: PipelineConfig, resume: bool) -> None:
     from posttrain.recipes import rl
 
+    if finished_with(cfg.rl.out_dir, cfg.rl):
+        console.print(f"rl: {cfg.rl.out_dir}/final was trained with this config; skipped")
+        return
     rl.run(cfg.rl, resume=resume)
+    mark_finished(cfg.rl.out_dir, cfg.rl)
 
 
 def _eval(cfg: PipelineConfig, resume: bool) -> None:
