@@ -175,6 +175,9 @@ class DomainConfig(Strict):
     path: str | None = None  # JSONL tasks ({"prompt", "answer", "verifier"} per line); None: reasoning-gym
     options: dict[str, Any] = {}  # reasoning-gym dataset config, e.g. {"max_terms": 3}
     eval_tasks: int = Field(64, ge=0)  # held-out tasks for the in-loop eval (reasoning-gym: eval seeds)
+    # verifiers to score this domain with, replacing the ones its tasks name (e.g. [numeric] for
+    # exact-number rewards where reasoning-gym's own scorer gives partial credit to wrong answers)
+    verifiers: list[str] | None = None
 
 
 class TemperatureConfig(Strict):

@@ -17,6 +17,7 @@ keeps. Sources:
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any, Protocol, Sequence
 
 from posttrain.errors import ConfigError
@@ -138,12 +139,42 @@ class Mixture:
             s.load_state_dict(state[s.domain])
 
 
+class Rescored:
+    """A source whose tasks are scored by other verifiers than the ones they name."""
+
+    def __init__(self, source: Source, verifiers: Sequence[str]):
+        from posttrain.verifiers import get_verifier
+
+        for name in verifiers:
+            get_verifier(name)  # unknown names fail at build time, with suggestions
+        if not verifiers:
+            raise ConfigError(f"domain {source.domain!r}: 'verifiers' is empty; name at least one or leave it unset")
+        self.source, self.verifiers, self.domain = source, tuple(verifiers), source.domain
+
+    def _swap(self, tasks: list[Task]) -> list[Task]:
+        return [replace(t, verifiers=self.verifiers) for t in tasks]
+
+    def take(self, n: int) -> list[Task]:
+        return self._swap(self.source.take(n))
+
+    def eval_tasks(self) -> list[Task]:
+        return self._swap(self.source.eval_tasks())
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.source.load_state_dict(state)
+
+
 def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
-    """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set)."""
+    """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set;
+    `verifiers`, when set, replace the ones the domain's tasks name)."""
     sources: list[Source] = []
     for d in domains:
         if d.path is not None:
-            sources.append(JsonlSource(d.name, d.path, seed, d.eval_tasks))
+            source: Source = JsonlSource(d.name, d.path, seed, d.eval_tasks)
         else:
-            sources.append(GymSource(d.name, d.options, task_seed, d.eval_tasks))
+            source = GymSource(d.name, d.options, task_seed, d.eval_tasks)
+        sources.append(Rescored(source, d.verifiers) if d.verifiers is not None else source)
     return Mixture(sources, [d.weight for d in domains], seed)

@@ -179,3 +179,21 @@ def test_sample_follows_weights(tmp_path):
 def test_empty_mixture_is_config_error():
     with pytest.raises(ConfigError, match="the mixture is empty"):
         Mixture([], [], seed=0)
+
+
+def test_domain_verifiers_override_what_tasks_name():
+    from posttrain.config import DomainConfig
+    from posttrain.errors import ConfigError
+    from posttrain.tasks.mixture import build_mixture
+
+    opts = {"max_terms": 3, "max_digits": 2}
+    mix = build_mixture([DomainConfig(name="basic_arithmetic", options=opts, verifiers=["numeric"], eval_tasks=3)],
+                        task_seed=500_000, seed=0)
+    plain = build_mixture([DomainConfig(name="basic_arithmetic", options=opts, eval_tasks=3)], task_seed=500_000, seed=0)
+    got, want = mix.sample(4, step=0), plain.sample(4, step=0)
+    assert [t.id for t in got] == [t.id for t in want]  # same tasks, same cursor
+    assert {t.verifiers for t in got} == {("numeric",)} and {t.verifiers for t in want} == {("reasoning_gym",)}
+    assert {t.verifiers for t in mix.sources[0].eval_tasks()} == {("numeric",)}
+    assert mix.state_dict() == plain.state_dict()
+    with pytest.raises(ConfigError, match="unknown verifier 'numerc'"):
+        build_mixture([DomainConfig(name="chain_sum", verifiers=["numerc"])], task_seed=500_000, seed=0)
