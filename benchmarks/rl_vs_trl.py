@@ -1,0 +1,398 @@
+"""RL step time and final pass@1: our RL recipe vs TRL's GRPOTrainer, on CPU, in one run.
+
+    .venv/bin/python benchmarks/rl_vs_trl.py [--model runs/quickstart/sft/final] [--steps 20] [--prompts 16]
+        [--group 8] [--lr 2e-4] [--max-tokens 64] [--threads N] [--eval-n 200] [--sequential] [--profile-steps N]
+
+Same start model (the quickstart SFT model; `make demo` builds it), tasks (reasoning-gym
+basic_arithmetic + chain_sum, <= 3 terms of <= 2 digits), verifier (`tasks.reasoning_gym.score`),
+`--prompts` x `--group` completions per optimizer step, learning rate (constant, no warm-up, AdamW
+betas 0.9/0.95, grad clip 1.0), temperature 1.0, `--max-tokens`, `--steps`, no KL, clip 0.2/0.28,
+token-mean loss, group-normalised advantages, torch thread count. Three runs:
+
+- ours: `posttrain.recipes.rl.run`, its defaults otherwise (dynamic sampling on: groups whose samples
+  all agree are dropped and refilled with extra rollouts; replay on);
+- ours with dynamic sampling off (equal rollout work per step; replay stays on);
+- TRL GRPOTrainer (plain HF generate): per_device_train_batch_size = prompts x group completions,
+  gradient_accumulation_steps = 1, so steps_per_generation = 1: one optimizer step generates and
+  trains on exactly that many completions of `--prompts` prompts (checked by counting the reward
+  function's calls). Its prompts are the tasks our mixture draws for each step's first attempt.
+
+The runs live in one process, one thread each, and take turns one step at a time (`--sequential`:
+one after another), so load from other jobs on a shared machine hits all of them alike. Seconds
+per step: mean (and median) over the steps after the first 2; ours `time/step` - `time/eval` from
+metrics.jsonl (in-loop eval is off: eval_tasks=0), TRL on_step_begin -> on_step_end. Phases: ours
+from metrics.jsonl, TRL by timing its `_generate`, `_calculate_rewards`,
+`_generate_and_score_completions` (update = step - the latter). Final pass@1: the eval harness
+(greedy, held-out seeds, `--eval-n` per domain) on the start model and each final model.
+Last line: `result: step time TRL/ours = X (target >= 2)` (ours with its defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5.x renames inside TRL
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from posttrain.config import (  # noqa: E402
+    DomainConfig, DynamicSamplingConfig, EvalConfig, LoggingConfig, ModelConfig, OptimConfig, RLConfig,
+    RLTrainConfig, RolloutConfig, TemperatureConfig,
+)
+
+DOMAINS = ("basic_arithmetic", "chain_sum")
+OPTIONS = {"max_terms": 3, "max_digits": 2}
+WARMUP_STEPS = 2  # steps left out of the steady-state mean
+NAMES = {"ours": "ours (defaults: dynamic sampling, replay)", "ours_nods": "ours, dynamic sampling off",
+         "trl": "TRL GRPOTrainer"}
+console = Console(highlight=False, width=130)
+
+
+class Turns:
+    """Runs take turns, one step each, so that load from other jobs on the machine hits them alike.
+    A run holds the turn from `wait` until `pass_turn`; waiting happens outside every timed region."""
+
+    def __init__(self, names: list[str]):
+        self.order, self.done, self.i = list(names), set(), 0
+        self.cond = threading.Condition()
+
+    def wait(self, name: str) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.order[self.i] == name)
+
+    def _advance(self, name: str) -> None:  # to the next run not done (back to `name` when it is the last)
+        for _ in range(len(self.order) if self.order[self.i] == name else 0):
+            self.i = (self.i + 1) % len(self.order)
+            if self.order[self.i] not in self.done:
+                break
+        self.cond.notify_all()
+
+    def pass_turn(self, name: str) -> None:
+        with self.cond:
+            self._advance(name)
+        self.wait(name)
+
+    def finish(self, name: str) -> None:
+        with self.cond:
+            self.done.add(name)
+            self._advance(name)
+
+
+TURNS: Turns | None = None  # set while the runs train interleaved
+take_turns = lambda name: TURNS is not None and TURNS.pass_turn(name)  # noqa: E731
+
+
+def log(msg: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}[/] {msg}")
+
+
+def steady(xs: list[float]) -> dict[str, float]:
+    """Mean and median of the steps after the first WARMUP_STEPS."""
+    tail = sorted(xs[WARMUP_STEPS:] or xs)
+    return {"s_per_step": sum(tail) / len(tail), "median": (tail[(len(tail) - 1) // 2] + tail[len(tail) // 2]) / 2}
+
+
+def rl_config(args, out_dir: Path, dynamic_sampling: bool, steps: int | None = None) -> RLConfig:
+    steps = steps or args.steps
+    return RLConfig(
+        out_dir=str(out_dir),
+        model=ModelConfig(path=args.model),
+        tasks=[DomainConfig(name=d, options=OPTIONS, eval_tasks=0) for d in DOMAINS],
+        rollout=RolloutConfig(prompts_per_step=args.prompts, samples_per_prompt=args.group, max_tokens=args.max_tokens,
+                              temperature=TemperatureConfig(schedule="constant", start=1.0, end=1.0)),
+        dynamic_sampling=DynamicSamplingConfig(enabled=dynamic_sampling),
+        optim=OptimConfig(lr=args.lr, warmup_steps=0, schedule="constant"),
+        train=RLTrainConfig(steps=steps, eval_every=steps + 1, save_every=steps + 1),
+        logging=LoggingConfig(tensorboard=False, progress=False),
+    )
+
+
+# ---------------------------------------------------------------- ours
+
+
+GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # run -> step -> count
+
+
+def hook_ours() -> None:
+    """Count completions per step at the engine (all attempts); pass the turn after each metrics line."""
+    from posttrain.recipes import rl
+    from posttrain.rollout.engine import ENGINES
+
+    original = ENGINES["hf"]
+
+    def counting_engine(*a, **kw):
+        engine, counter = original(*a, **kw), GENERATED[threading.current_thread().name]
+        generate = engine.generate
+
+        def counted(prompts, params):
+            counter[engine.version] += len(prompts)  # version == index of the step being collected
+            return generate(prompts, params)
+
+        engine.generate = counted
+        return engine
+
+    class TurnLogger(rl.MetricsLogger):
+        def log(self, step, metrics):
+            super().log(step, metrics)
+            take_turns(threading.current_thread().name)
+
+    ENGINES["hf"], rl.MetricsLogger = counting_engine, TurnLogger
+
+
+def run_ours(args, out_dir: Path, dynamic_sampling: bool) -> dict:
+    from posttrain.recipes import rl
+    final = rl.run(rl_config(args, out_dir, dynamic_sampling))
+    generated = GENERATED[threading.current_thread().name]
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = sorted((r for r in rows if r.get("step", 0) >= 1 and "time/step" in r), key=lambda r: r["step"])
+    step_s = [r["time/step"] - r.get("time/eval", 0.0) for r in rows]
+    tail = rows[WARMUP_STEPS:] or rows
+
+    def phase(*keys: str) -> float:
+        return sum(r.get(k, 0.0) for r in tail for k in keys) / len(tail)
+
+    out = {"final": final, "step_s": step_s, **steady(step_s), "rollout": phase("time/rollout"), "verify": phase("time/verify"),
+           "update": phase("time/logprobs", "time/update"), "sync": phase("time/sync"),
+           "completions": sum(generated[r["step"] - 1] for r in tail) / len(tail),
+           "attempts": phase("rollout_attempts"), "filtered": phase("filtered_groups")}
+    out["other"] = out["s_per_step"] - out["rollout"] - out["verify"] - out["update"]
+    return out
+
+
+def profile_ours(args, out_dir: Path) -> None:
+    """cProfile of our default config for --profile-steps steps: the top functions by own and cumulative time."""
+    import cProfile
+    import pstats
+
+    from posttrain.recipes import rl
+    shutil.rmtree(out_dir, ignore_errors=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    rl.run(rl_config(args, out_dir, True, steps=args.profile_steps))
+    prof.disable()
+    console.rule(f"cProfile of ours, {args.profile_steps} steps (incl. model loading)")
+    pstats.Stats(prof, stream=sys.stdout).strip_dirs().sort_stats("cumulative").print_stats(40)
+
+
+# ---------------------------------------------------------------- TRL
+
+
+def trl_tasks(args) -> list:
+    """The tasks our mixture draws for each step's first attempt, in step order."""
+    from posttrain.tasks.mixture import build_mixture
+
+    cfg = rl_config(args, Path("unused"), True)
+    mixture = build_mixture(cfg.tasks, task_seed=cfg.train.task_seed, seed=cfg.train.seed)
+    return [t for step in range(args.steps) for t in mixture.sample(args.prompts, step, 0)]
+
+
+def run_trl(args, out_dir: Path) -> dict:
+    import datasets
+    from transformers import PrinterCallback, TrainerCallback
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
+
+    from posttrain.tasks.reasoning_gym import score
+    from posttrain.train.model import load_model, load_tokenizer
+
+    hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    tasks = trl_tasks(args)
+    by_id = {t.id: t for t in tasks}
+    data = datasets.Dataset.from_list([{"prompt": [dict(m) for m in t.prompt], "task_id": t.id} for t in tasks])
+    calls: dict[int, list] = collections.defaultdict(list)  # step -> (completions, distinct task ids) per call
+
+    def reasoning_gym_score(prompts, completions, task_id, trainer_state=None, **_):
+        calls[trainer_state.global_step].append((len(completions), len(set(task_id))))
+        return [score(by_id[tid], c[-1]["content"]) for tid, c in zip(task_id, completions)]
+
+    per_step = args.prompts * args.group
+    config = GRPOConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=per_step, gradient_accumulation_steps=1,
+        num_generations=args.group, max_completion_length=args.max_tokens, learning_rate=args.lr,
+        lr_scheduler_type="constant", warmup_steps=0, adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
+        max_grad_norm=1.0, max_steps=args.steps, beta=0.0, temperature=1.0, top_p=1.0, epsilon=0.2,
+        epsilon_high=0.28, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False,
+        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
+    )
+    if (config.steps_per_generation, config.generation_batch_size) != (1, per_step):
+        raise SystemExit(f"TRL batch mapping: steps_per_generation={config.steps_per_generation}, "
+                         f"generation_batch_size={config.generation_batch_size}, expected 1 and {per_step}")
+    model = load_model(args.model, dtype="float32", device=torch.device("cpu"))
+    tokenizer = load_tokenizer(args.model)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reasoning_gym_score], args=config, train_dataset=data,
+                          processing_class=tokenizer)
+    phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def timed(name: str, fn):
+        def wrapper(*a, **kw):
+            started = time.perf_counter()
+            out = fn(*a, **kw)
+            phases[name][trainer.state.global_step] += time.perf_counter() - started
+            return out
+        return wrapper
+
+    for name in ("_generate", "_calculate_rewards", "_generate_and_score_completions"):
+        setattr(trainer, name, timed(name, getattr(trainer, name)))
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times: list[float] = []
+
+        def on_train_begin(self, a, state, control, **kw):
+            take_turns(threading.current_thread().name)  # set-up done: pass the turn
+
+        def on_step_begin(self, a, state, control, **kw):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            self.times.append(time.perf_counter() - self.started)
+            take_turns(threading.current_thread().name)
+
+    timer = StepTimer()
+    trainer.add_callback(timer)
+    trainer.remove_callback(PrinterCallback)  # its per-step log dicts; the table below has what matters
+    trainer.train()
+    final = out_dir / "final"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+
+    bad = {s: c for s, c in calls.items() if c != [(per_step, args.prompts)]}
+    if len(calls) != args.steps or bad:
+        raise SystemExit(f"TRL did not score {args.prompts} prompts x {args.group} completions in one call per step: "
+                         f"{len(calls)} steps scored, e.g. {next(iter(bad.items()), None)}")
+    steps = range(WARMUP_STEPS, args.steps) if args.steps > WARMUP_STEPS else range(args.steps)
+
+    def phase(name: str) -> float:
+        return sum(phases[name][s] for s in steps) / len(steps)
+
+    out = {"final": final, "step_s": timer.times, **steady(timer.times), "rollout": phase("_generate"), "verify": phase("_calculate_rewards"),
+           "completions": sum(n for s in steps for n, _ in calls[s]) / len(steps)}
+    out["update"] = out["s_per_step"] - phase("_generate_and_score_completions")
+    out["other"] = phase("_generate_and_score_completions") - out["rollout"] - out["verify"]
+    return out
+
+
+# ---------------------------------------------------------------- eval, report
+
+
+def evaluate(model: str, n: int, out: Path) -> float:
+    from posttrain.eval.harness import run
+
+    cfg = EvalConfig(model=str(model), tasks=",".join(DOMAINS), n_per_domain=n,
+                     task_options={d: OPTIONS for d in DOMAINS}, out=str(out))
+    return run(cfg)["overall"]["pass@1"]
+
+
+def report(args, results: dict[str, dict], start_pass: float | None, load_start: tuple) -> None:
+    table = Table(title=f"RL, {args.prompts} prompts x {args.group} samples/step, {args.steps} steps, "
+                        f"lr {args.lr}, <= {args.max_tokens} tokens, {torch.get_num_threads()} torch threads "
+                        f"(s/step: mean of steps {WARMUP_STEPS + 1}..{args.steps})")
+    for col in ("run", "s/step", "median", "rollout", "verify", "update", "other", "completions/step", "pass@1"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
+    table.add_row("SFT start model", *["-"] * 7, fmt(start_pass) if start_pass is not None else "-")
+    for name, r in results.items():
+        table.add_row(name, fmt(r["s_per_step"]), fmt(r["median"]), fmt(r["rollout"]), fmt(r["verify"]), fmt(r["update"]),
+                      fmt(r["other"]), f"{r['completions']:.0f}", fmt(r.get("pass@1")))
+    console.print(table)
+    console.print(("runs interleaved one step at a time" if not args.sequential else "runs one after another")
+                  + "; s/step = mean, median also shown; phases are means")
+    console.print("phases (s/step): ours rollout = time/rollout, verify = time/verify, update = time/logprobs + "
+                  "time/update, other = sync + bookkeeping; TRL rollout = _generate, verify = _calculate_rewards, "
+                  "update = step - _generate_and_score_completions, other = the rest of the latter")
+    for name, r in results.items():
+        extra = f", rollout attempts {r['attempts']:.2f}, dropped groups {r['filtered']:.1f}" if "attempts" in r else ""
+        console.print(f"{name}: per-step seconds {' '.join(f'{x:.2f}' for x in r['step_s'])}{extra}")
+    if "TRL GRPOTrainer" in results:
+        console.print(f"TRL: the reward function was called once per step with {args.prompts * args.group} completions "
+                      f"of {args.prompts} distinct prompts, every step (checked)")
+    console.print(f"load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, at end "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs (shared with other "
+                  "jobs: their load slows and scatters every run's steps)")
+
+
+def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
+    """Each run in its own thread (named by its key); interleaved one step at a time unless --sequential."""
+    global TURNS
+    hook_ours()
+    TURNS = None if args.sequential else Turns(chosen)
+    results: dict[str, dict] = {}
+    errors: list[BaseException] = []
+
+    def one(key: str) -> None:
+        try:
+            TURNS is not None and TURNS.wait(key)
+            shutil.rmtree(out / key, ignore_errors=True)
+            log(f"training: {NAMES[key]}")
+            started = time.perf_counter()
+            results[key] = run_trl(args, out / key) if key == "trl" else run_ours(args, out / key, key == "ours")
+            log(f"{NAMES[key]}: done, {time.perf_counter() - started:.0f} s in all (waits for turns included)")
+        except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
+            errors.append(e)
+        finally:
+            TURNS is not None and TURNS.finish(key)
+
+    threads = [threading.Thread(target=one, args=(key,), name=key) for key in chosen]
+    for t in threads:
+        t.start()
+        TURNS is None and t.join()
+    [t.join() for t in threads]
+    TURNS = None
+    if errors:
+        raise errors[0]
+    return {NAMES[key]: results[key] for key in chosen}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="runs/quickstart/sft/final")
+    for flag, kind, default in (("--steps", int, 20), ("--prompts", int, 16), ("--group", int, 8),
+                                ("--lr", float, 2e-4), ("--max-tokens", int, 64)):
+        p.add_argument(flag, type=kind, default=default)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--eval-n", type=int, default=200, help="held-out tasks per domain for the final pass@1 (0: skip)")
+    p.add_argument("--out", default="runs/bench/rl_vs_trl")
+    p.add_argument("--only", default="ours,ours_nods,trl", help="comma list of ours, ours_nods, trl")
+    p.add_argument("--sequential", action="store_true", help="one run after another instead of interleaved steps")
+    p.add_argument("--profile-steps", type=int, default=0, help="also cProfile our default config for N steps")
+    args = p.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        sys.exit(f"error: no model at {args.model!r}: run `make demo` first (it builds runs/quickstart/sft/final)")
+    load_start = os.getloadavg()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    log(f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average "
+        f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} (the machine is shared with other jobs)")
+    out, chosen = Path(args.out), [n for n in args.only.split(",") if n]
+    if any(n not in NAMES for n in chosen):
+        sys.exit(f"error: --only takes {', '.join(NAMES)}; got {args.only!r}")
+    results, start_pass = train_all(args, chosen, out), None
+    if args.eval_n:
+        log(f"eval harness: greedy pass@1 on {args.eval_n} held-out tasks per domain")
+        start_pass = evaluate(args.model, args.eval_n, out / "eval" / "start.json")
+        for key in chosen:
+            results[NAMES[key]]["pass@1"] = evaluate(results[NAMES[key]]["final"], args.eval_n, out / "eval" / f"{key}.json")
+    if args.profile_steps:
+        profile_ours(args, out / "profile")
+    report(args, results, start_pass, load_start)
+    if "ours" in chosen and "trl" in chosen:
+        ratio = results[NAMES["trl"]]["s_per_step"] / results[NAMES["ours"]]["s_per_step"]
+        print(f"result: step time TRL/ours = {ratio:.2f} (target >= 2)")
+
+
+if __name__ == "__main__":
+    main()
