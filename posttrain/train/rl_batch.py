@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from posttrain.errors import TrainingError
-from posttrain.train.packing import _group_by_budget, pack_ffd
+from posttrain.train.packing import _LOGIT_TRANSFORMS, _group_by_budget, pack_ffd
 
 ROW_TOKENS = 256  # packed row length (longer sequences get a row of their own); 256 beat 512 and 1024 by 20-40% on ~70-token RL samples (attention over a packed row grows with its length squared)
 MASK_ATTENTION = ("sdpa", "eager")  # implementations that take our 4D mask (sdpa: bool, eager: additive float)
@@ -240,7 +240,15 @@ def hidden_and_head(model, mb: RLMicroBatch) -> tuple[torch.Tensor, torch.nn.Mod
 
 
 def token_logits(model, mb: RLMicroBatch, temperature: float) -> torch.Tensor:
-    """Logits / temperature predicting the trained tokens, [N, V] in fp32."""
+    """Logits / temperature predicting the trained tokens, [N, V] in fp32.
+
+    The LM head runs only on the gathered states, except for models whose head does more than a
+    linear map (soft-capping, scaling: see train/packing.py), which take the full forward."""
+    base = _base(model)
+    if any(getattr(base.config, name, None) is not None for name in _LOGIT_TRANSFORMS):
+        logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids,
+                       attention_mask=_attention_mask(base, mb), use_cache=False).logits
+        return logits.reshape(-1, logits.shape[-1])[mb.pred_index].float() / max(temperature, 1e-6)
     hidden, head = hidden_and_head(model, mb)
     return head(hidden).float() / max(temperature, 1e-6)
 
