@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from posttrain.errors import CheckpointError
-from posttrain.fsio import write_text_atomic
+from posttrain.fsio import atomic_file, write_text_atomic
 from posttrain.types import Task, Trajectory
 
 ENTRIES_FILE = "entries.pkl"
@@ -248,21 +248,12 @@ class _HashingWriter:
 
 
 def _write_entries_atomic(path: Path, payload: dict) -> None:
-    """MAGIC + pickle + 'sha256:<hex>' to a temp file beside `path`, fsync, then os.replace.
-    (posttrain.fsio has only a text writer; this is its bytes twin.)"""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(_MAGIC)
-            writer = _HashingWriter(f)
-            pickle.dump(payload, writer, protocol=_PICKLE_PROTOCOL)
-            f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """MAGIC + pickle + 'sha256:<hex>', written atomically (temp file, fsync, os.replace)."""
+    with atomic_file(path, "wb", fsync=True) as f:
+        f.write(_MAGIC)
+        writer = _HashingWriter(f)
+        pickle.dump(payload, writer, protocol=_PICKLE_PROTOCOL)
+        f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
 
 
 def _read_entries(path: Path) -> dict:

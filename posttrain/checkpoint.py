@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import yaml
 
-from posttrain.errors import CheckpointError
+from posttrain.errors import CheckpointError, ConfigError
 from posttrain.train.model import quiet_hf_progress
 
 FORMAT = 1
@@ -72,6 +72,15 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint (highest step), ignoring temporary and partial folders."""
     found = list_checkpoints(run_dir)
     return found[-1][1] if found else None
+
+
+def resume_point(run_dir: str | os.PathLike, resume: bool) -> Path | None:
+    """The checkpoint a run starts from: the newest one when resuming (None if there is none);
+    a fresh run refuses a directory that already holds checkpoints rather than mixing two runs."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None and not resume:
+        raise ConfigError(f"out_dir {run_dir} already holds checkpoints ({ckpt.name}): pass --resume or pick another out_dir")
+    return ckpt
 
 
 # ---------------------------------------------------------------- saving

@@ -89,24 +89,20 @@ def mark_finished(out_dir: str, stage_cfg) -> None:
     write_text_atomic(Path(out_dir) / INPUT_MARK, model_identity(stage_cfg.model.path))
 
 
-def _sft(cfg: PipelineConfig, resume: bool) -> None:
-    from posttrain.recipes import sft
+def _trained_stage(name: str):
+    """A stage that trains a model in its own out_dir (sft, rl): skipped when already finished."""
 
-    if finished_with(cfg.sft.out_dir, cfg.sft):
-        console.print(f"sft: {cfg.sft.out_dir}/final was trained with this config; skipped")
-        return
-    sft.run(cfg.sft, resume=resume)
-    mark_finished(cfg.sft.out_dir, cfg.sft)
+    def run_stage(cfg: PipelineConfig, resume: bool) -> None:
+        import importlib
 
+        stage_cfg = getattr(cfg, name)
+        if finished_with(stage_cfg.out_dir, stage_cfg):
+            console.print(f"{name}: {stage_cfg.out_dir}/final was trained with this config; skipped")
+            return
+        importlib.import_module(f"posttrain.recipes.{name}").run(stage_cfg, resume=resume)
+        mark_finished(stage_cfg.out_dir, stage_cfg)
 
-def _rl(cfg: PipelineConfig, resume: bool) -> None:
-    from posttrain.recipes import rl
-
-    if finished_with(cfg.rl.out_dir, cfg.rl):
-        console.print(f"rl: {cfg.rl.out_dir}/final was trained with this config; skipped")
-        return
-    rl.run(cfg.rl, resume=resume)
-    mark_finished(cfg.rl.out_dir, cfg.rl)
+    return run_stage
 
 
 def _eval(cfg: PipelineConfig, resume: bool) -> None:
@@ -125,8 +121,8 @@ def _report(cfg: PipelineConfig, resume: bool) -> None:
 
 STAGES: dict[str, Callable[[PipelineConfig, bool], None]] = {
     "base": _base,
-    "sft": _sft,
-    "rl": _rl,
+    "sft": _trained_stage("sft"),
+    "rl": _trained_stage("rl"),
     "eval": _eval,
     "report": _report,
 }

@@ -41,9 +41,9 @@ from posttrain.algos.advantages import ADVANTAGES
 from posttrain.algos.kl import kl_estimate, truncated_is_weight
 from posttrain.algos.temperature import temperature_at
 from posttrain.buffer import ReplayBuffer
-from posttrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import RLConfig, save_config
-from posttrain.errors import CheckpointError, ConfigError, TrainingError
+from posttrain.errors import CheckpointError, TrainingError
 from posttrain.eval.harness import stop_ids
 from posttrain.recipes.rl_eval import evaluate, domain_metrics
 from posttrain.recipes.rl_groups import ScoredGroup, StepContext, collect_groups
@@ -101,9 +101,7 @@ def build_samples(groups: list[ScoredGroup], policy, ref, cfg: RLConfig, tempera
 
 def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
-    ckpt = latest_checkpoint(out_dir)
-    if ckpt is not None and not resume:
-        raise ConfigError(f"out_dir {out_dir} already holds checkpoints ({ckpt.name}): pass --resume or pick another out_dir")
+    ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)

@@ -34,9 +34,9 @@ import torch
 from rich.console import Console
 
 from posttrain.algos.sft import sft_loss_sum
-from posttrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import SFTConfig, save_config
-from posttrain.errors import CheckpointError, ConfigError, DataError
+from posttrain.errors import CheckpointError, DataError
 from posttrain.fsio import replace_dir
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
@@ -182,9 +182,7 @@ def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
 def run(cfg: SFTConfig, resume: bool = False) -> Path:
     out_dir = Path(cfg.out_dir)
     t, o = cfg.train, cfg.optim
-    ckpt = latest_checkpoint(out_dir)
-    if ckpt is not None and not resume:
-        raise ConfigError(f"out_dir {out_dir} already holds checkpoints ({ckpt.name}): pass --resume or pick another out_dir")
+    ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)

@@ -27,14 +27,6 @@ from tests.recipes.rl_toy import overrides, write_tasks
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def cfg_for(tmp_path, model_dir, **extra) -> RLConfig:
     tasks = write_tasks(tmp_path / "tasks.jsonl")
     return load_config(RLConfig, None, overrides(model_dir, tasks, tmp_path / "run", **extra))

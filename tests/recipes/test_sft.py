@@ -27,15 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """In-process runs on one intra-op thread too (see ENV); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def write_chats(path: Path, n: int, seed: int = 0, bad: dict[int, str] | None = None) -> str:
     rng = random.Random(seed)
     lines = []
