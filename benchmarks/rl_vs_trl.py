@@ -55,9 +55,9 @@ from posttrain.config import (  # noqa: E402
 DOMAINS = ("basic_arithmetic", "chain_sum")
 OPTIONS = {"max_terms": 3, "max_digits": 2}
 WARMUP_STEPS = 2  # steps left out of the steady-state mean
-NAMES = {"ours": "ours (defaults: dynamic sampling, replay)", "ours_nods": "ours, dynamic sampling off",
+NAMES = {"ours": "ours (defaults: dyn. sampling, replay)", "ours_nods": "ours, dynamic sampling off",
          "trl": "TRL GRPOTrainer"}
-console = Console(highlight=False, width=130)
+console = Console(highlight=False, width=150)
 
 
 class Turns:
@@ -119,9 +119,6 @@ def rl_config(args, out_dir: Path, dynamic_sampling: bool, steps: int | None = N
     )
 
 
-# ---------------------------------------------------------------- ours
-
-
 GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # run -> step -> count
 
 
@@ -163,10 +160,13 @@ def run_ours(args, out_dir: Path, dynamic_sampling: bool) -> dict:
     def phase(*keys: str) -> float:
         return sum(r.get(k, 0.0) for r in tail for k in keys) / len(tail)
 
-    out = {"final": final, "step_s": step_s, **steady(step_s), "rollout": phase("time/rollout"), "verify": phase("time/verify"),
+    out = {"final": final, "step_s": step_s, **steady(step_s),
+           "rollout": phase("time/rollout"), "verify": phase("time/verify"),
            "update": phase("time/logprobs", "time/update"), "sync": phase("time/sync"),
            "completions": sum(generated[r["step"] - 1] for r in tail) / len(tail),
-           "attempts": phase("rollout_attempts"), "filtered": phase("filtered_groups")}
+           "attempts": phase("rollout_attempts"), "filtered": phase("filtered_groups"),  # groups trained with signal:
+           "signal": sum(min(args.prompts, r["generated_groups"] - r["filtered_groups"]) if dynamic_sampling
+                         else r["generated_groups"] * (1 - r["zero_variance_frac"]) for r in tail) / len(tail)}
     out["other"] = out["s_per_step"] - out["rollout"] - out["verify"] - out["update"]
     return out
 
@@ -184,9 +184,6 @@ def profile_ours(args, out_dir: Path) -> None:
     prof.disable()
     console.rule(f"cProfile of ours, {args.profile_steps} steps (incl. model loading)")
     pstats.Stats(prof, stream=sys.stdout).strip_dirs().sort_stats("cumulative").print_stats(40)
-
-
-# ---------------------------------------------------------------- TRL
 
 
 def trl_tasks(args) -> list:
@@ -266,6 +263,7 @@ def run_trl(args, out_dir: Path) -> dict:
     trainer.add_callback(timer)
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts; the table below has what matters
     trainer.train()
+    zero_std = {h["step"]: h["frac_reward_zero_std"] for h in trainer.state.log_history if "frac_reward_zero_std" in h}
     final = out_dir / "final"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
@@ -279,14 +277,13 @@ def run_trl(args, out_dir: Path) -> dict:
     def phase(name: str) -> float:
         return sum(phases[name][s] for s in steps) / len(steps)
 
-    out = {"final": final, "step_s": timer.times, **steady(timer.times), "rollout": phase("_generate"), "verify": phase("_calculate_rewards"),
-           "completions": sum(n for s in steps for n, _ in calls[s]) / len(steps)}
+    out = {"final": final, "step_s": timer.times, **steady(timer.times),
+           "rollout": phase("_generate"), "verify": phase("_calculate_rewards"),
+           "completions": sum(n for s in steps for n, _ in calls[s]) / len(steps),
+           "signal": args.prompts * (1 - sum(zero_std[s + 1] for s in steps) / len(steps))}
     out["update"] = out["s_per_step"] - phase("_generate_and_score_completions")
     out["other"] = phase("_generate_and_score_completions") - out["rollout"] - out["verify"]
     return out
-
-
-# ---------------------------------------------------------------- eval, report
 
 
 def evaluate(model: str, n: int, out: Path) -> float:
@@ -301,16 +298,17 @@ def report(args, results: dict[str, dict], start_pass: float | None, load_start:
     table = Table(title=f"RL, {args.prompts} prompts x {args.group} samples/step, {args.steps} steps, "
                         f"lr {args.lr}, <= {args.max_tokens} tokens, {torch.get_num_threads()} torch threads "
                         f"(s/step: mean of steps {WARMUP_STEPS + 1}..{args.steps})")
-    for col in ("run", "s/step", "median", "rollout", "verify", "update", "other", "completions/step", "pass@1"):
+    for col in ("run", "s/step", "median", "rollout", "verify", "update", "other", "completions/step", "signal groups",
+                "pass@1"):
         table.add_column(col, justify="left" if col == "run" else "right")
     fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-    table.add_row("SFT start model", *["-"] * 7, fmt(start_pass) if start_pass is not None else "-")
+    table.add_row("SFT start model", *["-"] * 8, fmt(start_pass) if start_pass is not None else "-")
     for name, r in results.items():
-        table.add_row(name, fmt(r["s_per_step"]), fmt(r["median"]), fmt(r["rollout"]), fmt(r["verify"]), fmt(r["update"]),
-                      fmt(r["other"]), f"{r['completions']:.0f}", fmt(r.get("pass@1")))
+        times = [fmt(r[k]) for k in ("s_per_step", "median", "rollout", "verify", "update", "other")]
+        table.add_row(name, *times, f"{r['completions']:.0f}", f"{r['signal']:.1f}", fmt(r.get("pass@1")))
     console.print(table)
-    console.print(("runs interleaved one step at a time" if not args.sequential else "runs one after another")
-                  + "; s/step = mean, median also shown; phases are means")
+    console.print(f"runs {'one after another' if args.sequential else 'interleaved one step at a time'}; s/step: mean; "
+                  "phases: means; signal groups: groups trained on whose rewards differ (the rest give no gradient)")
     console.print("phases (s/step): ours rollout = time/rollout, verify = time/verify, update = time/logprobs + "
                   "time/update, other = sync + bookkeeping; TRL rollout = _generate, verify = _calculate_rewards, "
                   "update = step - _generate_and_score_completions, other = the rest of the latter")
@@ -385,7 +383,8 @@ def main() -> None:
         log(f"eval harness: greedy pass@1 on {args.eval_n} held-out tasks per domain")
         start_pass = evaluate(args.model, args.eval_n, out / "eval" / "start.json")
         for key in chosen:
-            results[NAMES[key]]["pass@1"] = evaluate(results[NAMES[key]]["final"], args.eval_n, out / "eval" / f"{key}.json")
+            row = results[NAMES[key]]
+            row["pass@1"] = evaluate(row["final"], args.eval_n, out / "eval" / f"{key}.json")
     if args.profile_steps:
         profile_ours(args, out / "profile")
     report(args, results, start_pass, load_start)
