@@ -248,6 +248,7 @@ class RLTrainConfig(Strict):
     eval_every: int = Field(25, gt=0)  # held-out greedy pass@1 per domain (and at the first and last step)
     max_bad_steps: int = Field(3, gt=0)  # non-finite losses in a row that stop the run
     max_seconds: float | None = Field(None, gt=0)  # stop (and save) at the first step past this
+    threads: int | None = Field(None, gt=0)  # torch intra-op threads (None: torch's default); tiny models run best on 1
 
 
 class RLConfig(Strict):

@@ -103,6 +103,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
+    if t.threads is not None:
+        torch.set_num_threads(t.threads)
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)
 
