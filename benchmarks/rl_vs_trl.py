@@ -1,30 +1,27 @@
 """RL step time and final pass@1: our RL recipe vs TRL's GRPOTrainer, on CPU, in one run.
 
-    .venv/bin/python benchmarks/rl_vs_trl.py [--model runs/quickstart/sft/final] [--steps 20] [--prompts 16]
-        [--group 8] [--lr 2e-4] [--max-tokens 64] [--threads N] [--eval-n 200] [--sequential] [--profile-steps N]
+    .venv/bin/python benchmarks/rl_vs_trl.py [--model runs/quickstart/sft/final] [--config configs/quickstart.yaml]
+        [--steps 20] [--prompts 16] [--group 8] [--lr 2e-5] [--max-tokens 64] [--threads 1] [--eval-n 200]
+        [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl]
 
-Same start model (the quickstart SFT model; `make demo` builds it), tasks (reasoning-gym
-basic_arithmetic + chain_sum, <= 3 terms of <= 2 digits), verifier (`tasks.reasoning_gym.score`),
-`--prompts` x `--group` completions per optimizer step, learning rate (constant, no warm-up, AdamW
-betas 0.9/0.95, grad clip 1.0), temperature 1.0, `--max-tokens`, `--steps`, no KL, clip 0.2/0.28,
-token-mean loss, group-normalised advantages, torch thread count. Three runs:
-
-- ours: `posttrain.recipes.rl.run`, its defaults otherwise (dynamic sampling on: groups whose samples
-  all agree are dropped and refilled with extra rollouts; replay on);
-- ours with dynamic sampling off (equal rollout work per step; replay stays on);
-- TRL GRPOTrainer (plain HF generate): per_device_train_batch_size = prompts x group completions,
-  gradient_accumulation_steps = 1, so steps_per_generation = 1: one optimizer step generates and
-  trains on exactly that many completions of `--prompts` prompts (checked by counting the reward
-  function's calls). Its prompts are the tasks our mixture draws for each step's first attempt.
-
-The runs live in one process, one thread each, and take turns one step at a time (`--sequential`:
-one after another), so load from other jobs on a shared machine hits all of them alike. Seconds
-per step: mean (and median) over the steps after the first 2; ours `time/step` - `time/eval` from
-metrics.jsonl (in-loop eval is off: eval_tasks=0), TRL on_step_begin -> on_step_end. Phases: ours
-from metrics.jsonl, TRL by timing its `_generate`, `_calculate_rewards`,
-`_generate_and_score_completions` (update = step - the latter). Final pass@1: the eval harness
-(greedy, held-out seeds, `--eval-n` per domain) on the start model and each final model.
-Last line: `result: step time TRL/ours = X (target >= 2)` (ours with its defaults).
+Shared by all runs: start model, tasks (reasoning-gym basic_arithmetic + chain_sum, `--config`'s top-level
+`task_options`), reward (the exact-number `numeric` verifier: ours via `DomainConfig(verifiers=["numeric"])`,
+TRL's reward function calls it too), `--prompts` x `--group` completions per step, constant lr (AdamW
+0.9/0.95, clip 1.0), temperature 1.0, no KL, clip 0.2/0.28, token-mean loss, group-normalised advantages,
+1 torch thread (2-thread torch ops stall 10-40x on a shared 2-core machine). Runs (one process, one thread
+each, taking turns one step at a time so other jobs' load hits them alike):
+- ours_nods: `posttrain.recipes.rl.run`, dynamic sampling off: TRL's rollout work per step; the headline, last
+  line `result: step time TRL/ours = X (target >= 2)` (replay at its default: ~30% of the groups are 1
+  replayed success + 7 fresh samples);
+- ours: its defaults (dynamic sampling on: groups whose samples all agree are dropped and refilled), the trade;
+- trl: GRPOTrainer (plain HF generate), per_device_train_batch_size = prompts x group, no accumulation:
+  each optimizer step generates and trains on exactly that (checked by counting reward calls), on the
+  tasks our mixture draws for each step's first attempt.
+s/step: mean (and median) after the first 2 steps; ours `time/step` - `time/eval`, TRL on_step_begin ->
+on_step_end, phases by timing `_generate`, `_calculate_rewards`, `_generate_and_score_completions`.
+Final pass@1: the eval harness (greedy, held-out, `--eval-n` per domain, same task_options) on the start
+model and each final model; ours vs TRL within one standard error of the difference (unpaired).
+Profile: `.venv/bin/python -m cProfile -s cumulative benchmarks/rl_vs_trl.py --only ours --steps 6 --eval-n 0`.
 """
 
 from __future__ import annotations
@@ -49,15 +46,16 @@ from rich.table import Table  # noqa: E402
 
 from posttrain.config import (  # noqa: E402
     DomainConfig, DynamicSamplingConfig, EvalConfig, LoggingConfig, ModelConfig, OptimConfig, RLConfig,
-    RLTrainConfig, RolloutConfig, TemperatureConfig,
-)
+    RLTrainConfig, RolloutConfig, TemperatureConfig)
+from posttrain.errors import ConfigError, PosttrainError  # noqa: E402
 
 DOMAINS = ("basic_arithmetic", "chain_sum")
-OPTIONS = {"max_terms": 3, "max_digits": 2}
+VERIFIER = "numeric"  # exact-number reward on both sides
 WARMUP_STEPS = 2  # steps left out of the steady-state mean
-NAMES = {"ours": "ours (defaults: dyn. sampling, replay)", "ours_nods": "ours, dynamic sampling off",
-         "trl": "TRL GRPOTrainer"}
-console = Console(highlight=False, width=150)
+NAMES = {"ours_nods": "ours, DS off (replay on)", "ours": "ours, defaults (DS on, replay)", "trl": "TRL GRPOTrainer"}
+OPTIONS: dict[str, dict] = {}  # domain -> reasoning-gym options, from --config's task_options (set in main)
+console = Console(highlight=False, width=160)
+stderr = lambda p, n: (p * (1 - p) / n) ** 0.5  # noqa: E731  (of a pass rate p measured on n tasks)
 
 
 class Turns:
@@ -65,8 +63,7 @@ class Turns:
     A run holds the turn from `wait` until `pass_turn`; waiting happens outside every timed region."""
 
     def __init__(self, names: list[str]):
-        self.order, self.done, self.i = list(names), set(), 0
-        self.cond = threading.Condition()
+        self.order, self.done, self.i, self.cond = list(names), set(), 0, threading.Condition()
 
     def wait(self, name: str) -> None:
         with self.cond:
@@ -104,19 +101,18 @@ def steady(xs: list[float]) -> dict[str, float]:
     return {"s_per_step": sum(tail) / len(tail), "median": (tail[(len(tail) - 1) // 2] + tail[len(tail) // 2]) / 2}
 
 
-def rl_config(args, out_dir: Path, dynamic_sampling: bool, steps: int | None = None) -> RLConfig:
-    steps = steps or args.steps
+def rl_config(args, out_dir: Path, dynamic_sampling: bool) -> RLConfig:
+    """Our recipe's defaults except what the runs share (and no in-loop eval, no checkpoints but the final)."""
     return RLConfig(
-        out_dir=str(out_dir),
-        model=ModelConfig(path=args.model),
-        tasks=[DomainConfig(name=d, options=OPTIONS, eval_tasks=0) for d in DOMAINS],
+        out_dir=str(out_dir), model=ModelConfig(path=args.model),
+        tasks=[DomainConfig(name=d, options=OPTIONS[d], eval_tasks=0, verifiers=[VERIFIER]) for d in DOMAINS],
         rollout=RolloutConfig(prompts_per_step=args.prompts, samples_per_prompt=args.group, max_tokens=args.max_tokens,
                               temperature=TemperatureConfig(schedule="constant", start=1.0, end=1.0)),
         dynamic_sampling=DynamicSamplingConfig(enabled=dynamic_sampling),
         optim=OptimConfig(lr=args.lr, warmup_steps=0, schedule="constant"),
-        train=RLTrainConfig(steps=steps, eval_every=steps + 1, save_every=steps + 1),
-        logging=LoggingConfig(tensorboard=False, progress=False),
-    )
+        train=RLTrainConfig(steps=args.steps, eval_every=args.steps + 1, save_every=args.steps + 1,
+                            threads=args.threads),
+        logging=LoggingConfig(tensorboard=False, progress=False))
 
 
 GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # run -> step -> count
@@ -132,11 +128,9 @@ def hook_ours() -> None:
     def counting_engine(*a, **kw):
         engine, counter = original(*a, **kw), GENERATED[threading.current_thread().name]
         generate = engine.generate
-
         def counted(prompts, params):
             counter[engine.version] += len(prompts)  # version == index of the step being collected
             return generate(prompts, params)
-
         engine.generate = counted
         return engine
 
@@ -156,10 +150,7 @@ def run_ours(args, out_dir: Path, dynamic_sampling: bool) -> dict:
     rows = sorted((r for r in rows if r.get("step", 0) >= 1 and "time/step" in r), key=lambda r: r["step"])
     step_s = [r["time/step"] - r.get("time/eval", 0.0) for r in rows]
     tail = rows[WARMUP_STEPS:] or rows
-
-    def phase(*keys: str) -> float:
-        return sum(r.get(k, 0.0) for r in tail for k in keys) / len(tail)
-
+    phase = lambda *keys: sum(r.get(k, 0.0) for r in tail for k in keys) / len(tail)  # noqa: E731
     out = {"final": final, "step_s": step_s, **steady(step_s),
            "rollout": phase("time/rollout"), "verify": phase("time/verify"),
            "update": phase("time/logprobs", "time/update"), "sync": phase("time/sync"),
@@ -171,49 +162,32 @@ def run_ours(args, out_dir: Path, dynamic_sampling: bool) -> dict:
     return out
 
 
-def profile_ours(args, out_dir: Path) -> None:
-    """cProfile of our default config for --profile-steps steps: the top functions by own and cumulative time."""
-    import cProfile
-    import pstats
-
-    from posttrain.recipes import rl
-    shutil.rmtree(out_dir, ignore_errors=True)
-    prof = cProfile.Profile()
-    prof.enable()
-    rl.run(rl_config(args, out_dir, True, steps=args.profile_steps))
-    prof.disable()
-    console.rule(f"cProfile of ours, {args.profile_steps} steps (incl. model loading)")
-    pstats.Stats(prof, stream=sys.stdout).strip_dirs().sort_stats("cumulative").print_stats(40)
-
-
-def trl_tasks(args) -> list:
-    """The tasks our mixture draws for each step's first attempt, in step order."""
-    from posttrain.tasks.mixture import build_mixture
-
-    cfg = rl_config(args, Path("unused"), True)
-    mixture = build_mixture(cfg.tasks, task_seed=cfg.train.task_seed, seed=cfg.train.seed)
-    return [t for step in range(args.steps) for t in mixture.sample(args.prompts, step, 0)]
-
-
 def run_trl(args, out_dir: Path) -> dict:
     import datasets
     from transformers import PrinterCallback, TrainerCallback
     from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
-    from posttrain.tasks.reasoning_gym import score
+    from posttrain.tasks.mixture import build_mixture
     from posttrain.train.model import load_model, load_tokenizer
+    from posttrain.types import Trajectory
+    from posttrain.verifiers import get_verifier
 
-    hf_logging.set_verbosity_error()
-    datasets.disable_progress_bars()
-    tasks = trl_tasks(args)
+    for quiet in (hf_logging.set_verbosity_error, hf_logging.disable_progress_bar, datasets.disable_progress_bars):
+        quiet()
+    cfg = rl_config(args, out_dir, True)  # the tasks our mixture draws for each step's first attempt, in step order
+    mixture = build_mixture(cfg.tasks, task_seed=cfg.train.task_seed, seed=cfg.train.seed)
+    tasks = [t for step in range(args.steps) for t in mixture.sample(args.prompts, step, 0)]
     by_id = {t.id: t for t in tasks}
     data = datasets.Dataset.from_list([{"prompt": [dict(m) for m in t.prompt], "task_id": t.id} for t in tasks])
     calls: dict[int, list] = collections.defaultdict(list)  # step -> (completions, distinct task ids) per call
+    verify = get_verifier(VERIFIER)  # the verifier our recipe scores with; None (cannot judge) counts as 0
 
-    def reasoning_gym_score(prompts, completions, task_id, trainer_state=None, **_):
+    def numeric_reward(prompts, completions, task_id, trainer_state=None, **_):
         calls[trainer_state.global_step].append((len(completions), len(set(task_id))))
-        return [score(by_id[tid], c[-1]["content"]) for tid, c in zip(task_id, completions)]
+        scores = [verify(by_id[tid], Trajectory(task_id=tid, token_ids=(), loss_mask=(), logprobs=(), prompt_len=0,
+                                                text=c[-1]["content"])) for tid, c in zip(task_id, completions)]
+        return [0.0 if sc is None else sc.value for sc in scores]
 
     per_step = args.prompts * args.group
     config = GRPOConfig(
@@ -223,16 +197,14 @@ def run_trl(args, out_dir: Path) -> dict:
         max_grad_norm=1.0, max_steps=args.steps, beta=0.0, temperature=1.0, top_p=1.0, epsilon=0.2,
         epsilon_high=0.28, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False,
         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
-    )
+        dataloader_num_workers=0, disable_tqdm=True, log_completions=False)
     if (config.steps_per_generation, config.generation_batch_size) != (1, per_step):
         raise SystemExit(f"TRL batch mapping: steps_per_generation={config.steps_per_generation}, "
                          f"generation_batch_size={config.generation_batch_size}, expected 1 and {per_step}")
-    model = load_model(args.model, dtype="float32", device=torch.device("cpu"))
-    tokenizer = load_tokenizer(args.model)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reasoning_gym_score], args=config, train_dataset=data,
+    model, tokenizer = load_model(args.model, dtype="float32", device=torch.device("cpu")), load_tokenizer(args.model)
+    trainer = GRPOTrainer(model=model, reward_funcs=[numeric_reward], args=config, train_dataset=data,
                           processing_class=tokenizer)
-    phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # name -> step -> s
 
     def timed(name: str, fn):
         def wrapper(*a, **kw):
@@ -241,14 +213,12 @@ def run_trl(args, out_dir: Path) -> dict:
             phases[name][trainer.state.global_step] += time.perf_counter() - started
             return out
         return wrapper
-
     for name in ("_generate", "_calculate_rewards", "_generate_and_score_completions"):
         setattr(trainer, name, timed(name, getattr(trainer, name)))
 
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.times: list[float] = []
+    times: list[float] = []  # seconds per optimizer step
 
+    class StepTimer(TrainerCallback):
         def on_train_begin(self, a, state, control, **kw):
             take_turns(threading.current_thread().name)  # set-up done: pass the turn
 
@@ -256,28 +226,23 @@ def run_trl(args, out_dir: Path) -> dict:
             self.started = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
-            self.times.append(time.perf_counter() - self.started)
+            times.append(time.perf_counter() - self.started)
             take_turns(threading.current_thread().name)
 
-    timer = StepTimer()
-    trainer.add_callback(timer)
+    trainer.add_callback(StepTimer())
     trainer.remove_callback(PrinterCallback)  # its per-step log dicts; the table below has what matters
     trainer.train()
     zero_std = {h["step"]: h["frac_reward_zero_std"] for h in trainer.state.log_history if "frac_reward_zero_std" in h}
     final = out_dir / "final"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-
     bad = {s: c for s, c in calls.items() if c != [(per_step, args.prompts)]}
     if len(calls) != args.steps or bad:
         raise SystemExit(f"TRL did not score {args.prompts} prompts x {args.group} completions in one call per step: "
                          f"{len(calls)} steps scored, e.g. {next(iter(bad.items()), None)}")
     steps = range(WARMUP_STEPS, args.steps) if args.steps > WARMUP_STEPS else range(args.steps)
-
-    def phase(name: str) -> float:
-        return sum(phases[name][s] for s in steps) / len(steps)
-
-    out = {"final": final, "step_s": timer.times, **steady(timer.times),
+    phase = lambda name: sum(phases[name][s] for s in steps) / len(steps)  # noqa: E731
+    out = {"final": final, "step_s": times, **steady(times),
            "rollout": phase("_generate"), "verify": phase("_calculate_rewards"),
            "completions": sum(n for s in steps for n, _ in calls[s]) / len(steps),
            "signal": args.prompts * (1 - sum(zero_std[s + 1] for s in steps) / len(steps))}
@@ -288,10 +253,20 @@ def run_trl(args, out_dir: Path) -> dict:
 
 def evaluate(model: str, n: int, out: Path) -> float:
     from posttrain.eval.harness import run
-
     cfg = EvalConfig(model=str(model), tasks=",".join(DOMAINS), n_per_domain=n,
-                     task_options={d: OPTIONS for d in DOMAINS}, out=str(out))
+                     task_options={d: OPTIONS[d] for d in DOMAINS}, out=str(out))
     return run(cfg)["overall"]["pass@1"]
+
+
+def compare_pass(args, results: dict[str, dict]) -> None:
+    """Each of our runs against TRL: ours >= TRL - one standard error of the difference (unpaired)?"""
+    n, trl = args.eval_n * len(DOMAINS), results.get(NAMES["trl"], {}).get("pass@1")
+    for key in ("ours_nods", "ours") if trl is not None else ():
+        if (ours := results.get(NAMES[key], {}).get("pass@1")) is not None:
+            se = (stderr(ours, n) ** 2 + stderr(trl, n) ** 2) ** 0.5
+            console.print(f"pass@1 {NAMES[key]} {ours:.3f} vs TRL {trl:.3f}: difference {ours - trl:+.3f}, "
+                          f"one standard error {se:.3f} ({n} tasks each) -> ours equal or better within 1 SE: "
+                          f"{'yes' if ours >= trl - se else 'NO'}")
 
 
 def report(args, results: dict[str, dict], start_pass: float | None, load_start: tuple) -> None:
@@ -299,41 +274,67 @@ def report(args, results: dict[str, dict], start_pass: float | None, load_start:
                         f"lr {args.lr}, <= {args.max_tokens} tokens, {torch.get_num_threads()} torch threads "
                         f"(s/step: mean of steps {WARMUP_STEPS + 1}..{args.steps})")
     for col in ("run", "s/step", "median", "rollout", "verify", "update", "other", "completions/step", "signal groups",
-                "pass@1"):
+                "s/signal group", "pass@1"):
         table.add_column(col, justify="left" if col == "run" else "right")
     fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-    table.add_row("SFT start model", *["-"] * 8, fmt(start_pass) if start_pass is not None else "-")
+    se = lambda p: f"{p:.3f} ±{stderr(p, args.eval_n * len(DOMAINS)):.3f}" if p is not None else "-"  # noqa: E731
+    table.add_row("SFT start model", *["-"] * 9, se(start_pass))
     for name, r in results.items():
         times = [fmt(r[k]) for k in ("s_per_step", "median", "rollout", "verify", "update", "other")]
-        table.add_row(name, *times, f"{r['completions']:.0f}", f"{r['signal']:.1f}", fmt(r.get("pass@1")))
+        table.add_row(name, *times, f"{r['completions']:.0f}", f"{r['signal']:.1f}",
+                      fmt(r["s_per_step"] / r["signal"]) if r["signal"] else "-", se(r.get("pass@1")))
     console.print(table)
-    console.print(f"runs {'one after another' if args.sequential else 'interleaved one step at a time'}; s/step: mean; "
-                  "phases: means; signal groups: groups trained on whose rewards differ (the rest give no gradient)")
+    console.print("runs interleaved one step at a time; DS: dynamic sampling; s/step: mean; "
+                  "phases: means; signal groups: groups trained on whose rewards differ (the rest give no gradient); "
+                  "s/signal group = s/step / signal groups; pass@1: eval harness, greedy, "
+                  f"{args.eval_n} held-out tasks per domain, ± one standard error")
+    console.print(f"tasks: {', '.join(f'{d} {OPTIONS[d]}' for d in DOMAINS)} (from {args.config}); reward: the "
+                  f"{VERIFIER!r} verifier on both sides (exact number, no partial credit)")
     console.print("phases (s/step): ours rollout = time/rollout, verify = time/verify, update = time/logprobs + "
                   "time/update, other = sync + bookkeeping; TRL rollout = _generate, verify = _calculate_rewards, "
                   "update = step - _generate_and_score_completions, other = the rest of the latter")
     for name, r in results.items():
         extra = f", rollout attempts {r['attempts']:.2f}, dropped groups {r['filtered']:.1f}" if "attempts" in r else ""
         console.print(f"{name}: per-step seconds {' '.join(f'{x:.2f}' for x in r['step_s'])}{extra}")
-    if "TRL GRPOTrainer" in results:
+    if NAMES["trl"] in results:
         console.print(f"TRL: the reward function was called once per step with {args.prompts * args.group} completions "
                       f"of {args.prompts} distinct prompts, every step (checked)")
     console.print(f"load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, at end "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs (shared with other "
-                  "jobs: their load slows and scatters every run's steps)")
+                  f"jobs: their load slows and scatters every run's steps); {torch.get_num_threads()} torch thread(s): "
+                  "here 2-thread torch ops were measured to stall 10-40x when another job holds a core (--threads 1)")
+    compare_pass(args, results)
+
+
+def task_options(args) -> dict[str, dict]:
+    """Per-domain reasoning-gym options from --config's top-level task_options; warns when the start model's
+    own run config (MODEL/../../config.yaml) trained on other options."""
+    from posttrain.config import read_yaml
+
+    options = read_yaml(args.config).get("task_options") or {}
+    missing = [d for d in DOMAINS if not isinstance(options.get(d), dict)]
+    if missing:
+        raise ConfigError(f"{args.config}: task_options has no options for {missing[0]!r} (need {', '.join(DOMAINS)})")
+    run_config = Path(args.model).parents[1] / "config.yaml"
+    if run_config.is_file():
+        trained = read_yaml(run_config).get("task_options") or {}
+        if any(trained.get(d) != options[d] for d in DOMAINS):
+            console.print(f"[bold red]warning:[/] {args.model} comes from a run with task_options "
+                          f"{ {d: trained.get(d) for d in DOMAINS} } ({run_config}), not {args.config}'s "
+                          f"{ {d: options[d] for d in DOMAINS} }: pass --config {run_config} to match it")
+    return {d: dict(options[d]) for d in DOMAINS}
 
 
 def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
-    """Each run in its own thread (named by its key); interleaved one step at a time unless --sequential."""
+    """Each run in its own thread (named by its key), interleaved one step at a time."""
     global TURNS
     hook_ours()
-    TURNS = None if args.sequential else Turns(chosen)
-    results: dict[str, dict] = {}
-    errors: list[BaseException] = []
+    TURNS = Turns(chosen)
+    results, errors = {}, []  # key -> the run's numbers; exceptions raised in the runs' threads
 
     def one(key: str) -> None:
         try:
-            TURNS is not None and TURNS.wait(key)
+            TURNS.wait(key)
             shutil.rmtree(out / key, ignore_errors=True)
             log(f"training: {NAMES[key]}")
             started = time.perf_counter()
@@ -342,12 +343,10 @@ def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
         except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
             errors.append(e)
         finally:
-            TURNS is not None and TURNS.finish(key)
+            TURNS.finish(key)
 
     threads = [threading.Thread(target=one, args=(key,), name=key) for key in chosen]
-    for t in threads:
-        t.start()
-        TURNS is None and t.join()
+    [t.start() for t in threads]
     [t.join() for t in threads]
     TURNS = None
     if errors:
@@ -358,15 +357,14 @@ def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="runs/quickstart/sft/final")
+    p.add_argument("--config", default="configs/quickstart.yaml", help="pipeline config whose task_options to use")
     for flag, kind, default in (("--steps", int, 20), ("--prompts", int, 16), ("--group", int, 8),
-                                ("--lr", float, 2e-4), ("--max-tokens", int, 64)):
+                                ("--lr", float, 2e-5), ("--max-tokens", int, 64)):
         p.add_argument(flag, type=kind, default=default)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: 2 threads stall 10-40x on a busy machine)")
     p.add_argument("--eval-n", type=int, default=200, help="held-out tasks per domain for the final pass@1 (0: skip)")
     p.add_argument("--out", default="runs/bench/rl_vs_trl")
-    p.add_argument("--only", default="ours,ours_nods,trl", help="comma list of ours, ours_nods, trl")
-    p.add_argument("--sequential", action="store_true", help="one run after another instead of interleaved steps")
-    p.add_argument("--profile-steps", type=int, default=0, help="also cProfile our default config for N steps")
+    p.add_argument("--only", default="ours_nods,ours,trl", help="comma list of ours_nods, ours, trl")
     args = p.parse_args()
     if not (Path(args.model) / "config.json").is_file():
         sys.exit(f"error: no model at {args.model!r}: run `make demo` first (it builds runs/quickstart/sft/final)")
@@ -375,6 +373,10 @@ def main() -> None:
     torch.manual_seed(0)
     log(f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average "
         f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} (the machine is shared with other jobs)")
+    try:
+        OPTIONS.update(task_options(args))
+    except PosttrainError as e:  # e.g. a missing or malformed --config: one line, no traceback
+        sys.exit(f"error: {e}")
     out, chosen = Path(args.out), [n for n in args.only.split(",") if n]
     if any(n not in NAMES for n in chosen):
         sys.exit(f"error: --only takes {', '.join(NAMES)}; got {args.only!r}")
@@ -382,15 +384,15 @@ def main() -> None:
     if args.eval_n:
         log(f"eval harness: greedy pass@1 on {args.eval_n} held-out tasks per domain")
         start_pass = evaluate(args.model, args.eval_n, out / "eval" / "start.json")
-        for key in chosen:
-            row = results[NAMES[key]]
+        for key, row in ((k, results[NAMES[k]]) for k in chosen):
             row["pass@1"] = evaluate(row["final"], args.eval_n, out / "eval" / f"{key}.json")
-    if args.profile_steps:
-        profile_ours(args, out / "profile")
     report(args, results, start_pass, load_start)
-    if "ours" in chosen and "trl" in chosen:
-        ratio = results[NAMES["trl"]]["s_per_step"] / results[NAMES["ours"]]["s_per_step"]
-        print(f"result: step time TRL/ours = {ratio:.2f} (target >= 2)")
+    trl, ours, nods = (results.get(NAMES[k], {}).get("s_per_step") for k in ("trl", "ours", "ours_nods"))
+    if trl and ours:
+        console.print(f"with dynamic sampling on (not equal work: see completions/step): TRL/ours = {trl / ours:.2f}")
+    if trl and nods:
+        print(f"result: step time TRL/ours = {trl / nods:.2f} "
+              "(target >= 2; equal work: ours with dynamic sampling off)")
 
 
 if __name__ == "__main__":
