@@ -33,7 +33,7 @@ MAX_PLOTS = 12
 REPORT_FILE = "report.html"
 SKIP_DIRS = {"checkpoints", "tb", "wandb", "__pycache__"}
 STAGE_ORDER = ["base", "sft", "dpo", "rm", "rl", "eval"]
-PLOT_PRIORITY = [r"loss", r"eval_loss", r"pass@\d+", r"reward", r"pass_rate", r"eval(_.*)?", r"lr", r"grad_norm",
+PLOT_PRIORITY = [r"loss", r"eval_loss", r"pass@\d+", r"reward", r"pass_rate", r"temperature", r"eval(_.*)?", r"lr", r"grad_norm",
                  r"tokens_per_s", r"time", r"zero_variance_frac", r"completion_len"]
 MAX_EVAL_BYTES = 50_000_000
 MAX_POINTS = 2000  # per curve; longer series are thinned (evenly, the last point kept)
