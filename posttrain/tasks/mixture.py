@@ -40,6 +40,10 @@ class Source(Protocol):
 class GymSource:
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
         rg.check_domain(domain)
+        holdout = rg.HOLDOUT_OVERRIDES.get(domain, rg.HOLDOUT)
+        if n_eval > holdout:  # training skips only the first `holdout` eval questions
+            raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
+                              f"training is kept away from; use eval_tasks <= {holdout}")
         self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
         key = rg._config_key(domain, self.options)
         self._held_out = rg.held_out_questions(domain, rg._config_key(domain, None)) | rg.held_out_questions(domain, key)

@@ -197,3 +197,13 @@ def test_domain_verifiers_override_what_tasks_name():
     assert mix.state_dict() == plain.state_dict()
     with pytest.raises(ConfigError, match="unknown verifier 'numerc'"):
         build_mixture([DomainConfig(name="chain_sum", verifiers=["numerc"])], task_seed=500_000, seed=0)
+
+
+def test_eval_tasks_beyond_the_holdout_are_refused():
+    from posttrain.config import DomainConfig
+    from posttrain.errors import ConfigError
+    from posttrain.tasks.mixture import build_mixture
+    from posttrain.tasks.reasoning_gym import HOLDOUT
+
+    with pytest.raises(ConfigError, match=f"eval_tasks={HOLDOUT + 1} exceeds the {HOLDOUT} held-out"):
+        build_mixture([DomainConfig(name="chain_sum", eval_tasks=HOLDOUT + 1)], task_seed=500_000, seed=0)
