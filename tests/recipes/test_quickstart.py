@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the pipeline takes ~13 min on 2 cores (the suite's default is 600 s)
 def test_quickstart_pipeline_builds_base_sft_rl_eval_report(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "2"}  # the real demo's setting, not the suite's
     run_dir = tmp_path / "qs"
