@@ -37,6 +37,7 @@ from posttrain.tasks.worked import worked_steps, wrong_steps
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.optim import clip_grad_norm, decayed, param_groups
+from posttrain.train.threads import ThreadTuner
 from posttrain.types import Task
 
 CORPUS_VERSION = 2  # bump when the corpus format or the training loop changes the weights
@@ -143,42 +144,6 @@ def cpu_has_native_bf16() -> bool:
 
 def use_bf16(precision: str) -> bool:
     return precision == "bfloat16" or (precision == "auto" and cpu_has_native_bf16())
-
-
-class ThreadTuner:
-    """Picks torch's thread count by measured step time: on a shared machine two threads can run
-    3-4x slower than one (each parallel region waits for a descheduled thread). Every `every`
-    steps it runs `trial` steps with the other count and keeps whichever was faster."""
-
-    def __init__(self, every: int = 50, trial: int = 3):
-        self.initial = torch.get_num_threads()
-        self.options = sorted({self.initial, 1})
-        self.current, self.every, self.trial = self.initial, every, trial
-        self.times: dict[int, list[float]] = {n: [] for n in self.options}
-
-    def _other(self) -> int:
-        return next(n for n in self.options if n != self.current)
-
-    def _phase(self, step: int) -> int:  # trials run at steps 3.., every+3.., ... (after a first few timed steps)
-        return (step - 3) % self.every if step >= 3 else -1
-
-    def start(self, step: int) -> int:
-        trying = len(self.options) > 1 and 0 <= self._phase(step) < self.trial
-        n = self._other() if trying else self.current
-        torch.set_num_threads(n)
-        return n
-
-    def record(self, step: int, threads: int, seconds: float) -> None:
-        if step > 0:  # the first step pays one-off costs
-            self.times[threads] = (self.times[threads] + [seconds])[-self.trial :]
-        if len(self.options) > 1 and self._phase(step) == self.trial - 1:
-            mean = {n: sum(t) / len(t) for n, t in self.times.items() if t}
-            other = self._other()
-            if other in mean and self.current in mean and mean[other] < 0.9 * mean[self.current]:
-                self.current = other
-
-    def restore(self) -> None:
-        torch.set_num_threads(self.initial)
 
 
 def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) -> dict:

@@ -57,6 +57,7 @@ from posttrain.train.model import load_model, load_tokenizer, pick_device, resol
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.rl_batch import Sample, sequence_logprobs
 from posttrain.train.rl_update import update_policy
+from posttrain.train.threads import ThreadTuner
 from posttrain.train.weights import engine_state_dict, model_identity
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -103,7 +104,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
-    if t.threads is not None:
+    tuner = ThreadTuner() if t.threads == "auto" else None
+    if isinstance(t.threads, int):
         torch.set_num_threads(t.threads)
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)
@@ -165,6 +167,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             logger.log(0, held_out_eval())
         while step < t.steps:
             started = time.perf_counter()
+            index = step  # this step's 0-based index (step counts finished steps below)
+            threads = tuner.start(index) if tuner is not None else torch.get_num_threads()
             temperature = temperature_at(step, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
                                          start=cfg.rollout.temperature.start, end=cfg.rollout.temperature.end,
                                          schedule=cfg.rollout.temperature.schedule)
@@ -203,6 +207,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             if step % t.eval_every == 0 or step == t.steps or out_of_time:
                 metrics.update(held_out_eval())
             metrics["time/step"] = time.perf_counter() - started
+            metrics["threads"] = threads
+            if tuner is not None:
+                tuner.record(index, threads, metrics["time/step"] - metrics.get("time/eval", 0.0))
             logger.log(step, metrics)
             bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)
