@@ -399,6 +399,11 @@ def load_config(model: type[C], path: str | os.PathLike | None, overrides: list[
     return validate(model, data, source=str(path) if path is not None else "config")
 
 
+def config_text(cfg: BaseModel) -> str:
+    """The resolved config as the YAML text `save_config` writes."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
 def save_config(cfg: BaseModel, run_dir: str | os.PathLike, name: str = "config.yaml") -> Path:
     """Write the resolved config into the run directory (atomically)."""
-    return write_text_atomic(Path(run_dir) / name, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return write_text_atomic(Path(run_dir) / name, config_text(cfg))

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import yaml
 from rich.console import Console
 
-from posttrain.config import PipelineConfig, save_config
+from posttrain.config import PipelineConfig, config_text, save_config
 from posttrain.errors import ConfigError
 from posttrain.fsio import write_text_atomic
 
@@ -79,8 +78,7 @@ def finished_with(out_dir: str, stage_cfg) -> bool:
     saved, mark = Path(out_dir) / "config.yaml", Path(out_dir) / INPUT_MARK
     if not (Path(out_dir) / "final").is_dir() or not saved.is_file() or not mark.is_file():
         return False
-    current = yaml.safe_dump(stage_cfg.model_dump(mode="json"), sort_keys=False)
-    return saved.read_text() == current and mark.read_text() == model_identity(stage_cfg.model.path)
+    return saved.read_text() == config_text(stage_cfg) and mark.read_text() == model_identity(stage_cfg.model.path)
 
 
 def mark_finished(out_dir: str, stage_cfg) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -86,7 +87,7 @@ def build_samples(groups: list[ScoredGroup], policy, ref, cfg: RLConfig, tempera
         for n, (i, j, t) in enumerate(trajs):
             sampled = torch.tensor(t.logprobs), torch.tensor(ref_lp[n])
             kl = float((kl_estimate(*sampled, a.kl_estimator) * torch.tensor(t.loss_mask)).sum())
-            groups[i].trajectories[j] = type(t)(**{**t.__dict__, "reward": t.reward - a.kl_coef * kl})
+            groups[i].trajectories[j] = replace(t, reward=t.reward - a.kl_coef * kl)
     adv = advantages_for(groups, a.advantage)
     samples = []
     for n, (i, j, t) in enumerate(trajs):
@@ -194,8 +195,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             metrics.update(skipped)
             metrics.update({"time/sync": time.perf_counter() - t2, "temperature": temperature,
                             "lr": scheduler.get_last_lr()[0], "verifier_errors": len(ctx.verifier_errors),
-                            "samples": sum(t.reward is not None for g in groups for t in g.trajectories),
-                            "unscored_samples": sum(t.reward is None for g in groups for t in g.trajectories)})
+                            "samples": sum(tr.reward is not None for g in groups for tr in g.trajectories),
+                            "unscored_samples": sum(tr.reward is None for g in groups for tr in g.trajectories)})
             if buffer is not None:
                 metrics.update({"buffer/size": len(buffer), "buffer/mean_age": buffer.mean_age(step)})
             if ctx.verifier_errors:

@@ -27,7 +27,7 @@ mask (see train/packing.py). Per-token tensors are flat: `pred_index` [N] indexe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -266,7 +266,7 @@ def sequence_logprobs(model, samples: list[Sample], *, temperature: float, max_t
     if share_prefix is None:
         share_prefix = supports_shared_prefix(model)
     out = [[0.0] * len(s.token_ids) for s in samples]
-    numbered = [Sample(**{**s.__dict__, "seq": k}) for k, s in enumerate(samples)]  # seq = index into `out`
+    numbered = [replace(s, seq=k) for k, s in enumerate(samples)]  # seq = index into `out`
     for mb in build_rl_microbatches(numbered, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
                                     share_prefix=share_prefix):
         lp = gather_logprobs(token_logits(model, mb, temperature), mb.targets).tolist()

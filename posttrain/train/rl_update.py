@@ -16,6 +16,7 @@ A non-finite loss or gradient norm skips the update (gradients dropped) and says
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -33,14 +34,14 @@ def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
     bounds = [round(i * len(samples) / n) for i in range(n + 1)]
     out = []
     for a, b in zip(bounds, bounds[1:]):
-        out.append([Sample(**{**s.__dict__, "seq": j}) for j, s in enumerate(samples[a:b])])
+        out.append([replace(s, seq=j) for j, s in enumerate(samples[a:b])])
     return out
 
 
 def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature: float, max_tokens: int,
                     max_tokens_per_microbatch: int, pad_id: int, device) -> dict:
     lengths = torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0}
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0}
     for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
                                     share_prefix=supports_shared_prefix(model)):
         mb = mb.to(device)
@@ -75,9 +76,8 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature:
         sums["entropy"] += float((w * ent.detach()).sum())
         sums["clip_frac"] += float(stats["clip_frac"]) * n
         sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio_max"]))
-        sums.setdefault("tokens", 0)
         sums["tokens"] += n
-    sums["clip_frac"] /= max(1, sums.get("tokens", 0))
+    sums["clip_frac"] /= max(1, sums["tokens"])
     return sums
 
 
