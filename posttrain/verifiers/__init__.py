@@ -1,5 +1,5 @@
 """Verifiers: plain functions `(task, trajectory) -> Score | None`, registered by name."""
 
-from posttrain.verifiers.registry import VERIFIERS, get_verifier, register, run_verifiers, task_score
+from posttrain.verifiers.registry import VERIFIERS, get_verifier, register, run_verifiers, task_score, verifier_options
 
-__all__ = ["VERIFIERS", "get_verifier", "register", "run_verifiers", "task_score"]
+__all__ = ["VERIFIERS", "get_verifier", "register", "run_verifiers", "task_score", "verifier_options"]

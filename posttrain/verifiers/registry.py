@@ -41,6 +41,15 @@ def get_verifier(name: str) -> Verifier:
     return VERIFIERS[name]
 
 
+def verifier_options(task: Task, name: str) -> dict:
+    """Options for verifier `name` on `task`: `task.metadata["verifier_options"][name]` (a JSONL
+    task's metadata, or a domain's `verifier_options` in the config), else {}."""
+    opts = (task.metadata or {}).get("verifier_options", {}).get(name, {})
+    if not isinstance(opts, dict):
+        raise ValueError(f"verifier_options[{name!r}] must be a mapping, got {type(opts).__name__}")
+    return opts
+
+
 def run_verifiers(task: Task, traj: Trajectory) -> tuple[list[Score], list[str]]:
     """Scores of every verifier `task` names, and the errors of those that raised (as 'name: message')."""
     scores: list[Score] = []
