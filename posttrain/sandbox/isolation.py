@@ -78,8 +78,14 @@ log = logging.getLogger(__name__)
 
 # pid 1: run the program in a subshell that drops the variables bash adds (PWD, SHLVL, _)
 # and restores the original stderr, so the shell's own messages ("Segmentation fault")
-# stay out of the program's stderr; then exit with the program's status.
-INIT_SCRIPT = 'exec 3>&2 2>/dev/null; (unset PWD OLDPWD SHLVL; exec "$@" 2>&3 3>&-); exit $?'
+# stay out of the program's stderr; then let go of its own stdin, stdout and stderr, wait,
+# and exit with the program's status. Letting go matters: pid 1 is visible to the program,
+# so anything pid 1 holds open can be reopened through /proc/1/fd/N; a program that hands
+# a secret to a child on stdin (the code verifier's harness) must be its only holder.
+INIT_SCRIPT = (
+    'exec 3>&2 2>/dev/null; (unset PWD OLDPWD SHLVL; exec "$@" 2>&3 3>&-) <&0 & '
+    "exec 0</dev/null 1>/dev/null 3>&-; wait $!; exit $?"
+)
 WORK_DIR = "/work"  # where the run's directory appears inside the sandbox
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 INSTALL_HINT = (

@@ -258,3 +258,20 @@ def test_sandboxed_python_sees_no_host_venv(run, host):
     assert exe.startswith("/usr/") and torch == "no torch"
     assert ".venv" not in path and ".pyenv" not in path and "/root" not in path
     host.check()
+
+
+def test_init_process_holds_none_of_the_programs_streams(sandbox, host):
+    # pid 1 is visible to the program: whatever it keeps open can be reopened through
+    # /proc/1/fd/N. A harness that reads a secret from stdin must be its only holder.
+    code = (
+        "import os\nprint('fds=' + ','.join(sorted(os.readlink('/proc/1/fd/' + f) for f in os.listdir('/proc/1/fd'))))\n"
+        "print('stdin=' + repr(open('/proc/1/fd/0', 'rb').read()))\n"
+        "print('own=' + repr(os.read(0, 100)))\n"
+    )
+    r = sandbox.run(RunRequest(code=code, stdin="SECRET-KEY"))
+    got = _lines(r)
+    assert r.run.return_code == 0, r.run.stderr
+    assert set(got["fds"].split(",")) == {"/dev/null"}
+    assert "SECRET" not in got["stdin"]
+    assert got["own"] == repr(b"SECRET-KEY")  # the program itself still gets its stdin
+    host.check()
