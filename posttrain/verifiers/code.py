@@ -1,0 +1,182 @@
+"""Code verified by unit tests in the sandbox, with a verdict the code cannot forge.
+
+    result = run_tests({"mode": "function", "program": src, "test": humaneval_test, "entry_point": "f"})
+    result.passed, result.score, result.results   # all passed?, fraction passed, one bool per test
+
+Task references (`Task.reference`, a dict) in three shapes:
+- HumanEval: {"prompt": code prefix, "entry_point": name, "test": "def check(candidate): ..."};
+- MBPP: {"tests": ["assert f(1) == 2", ...], "setup": optional code, "entry_point": optional};
+- stdin/stdout: {"io": [{"input": "1 2\\n", "output": "3\\n"}, ...], "float_tol": optional}.
+The `code` verifier takes the program from the completion (its last fenced code block, else the
+whole text; for HumanEval, the prompt is put in front). Options (`verifier_options`): `score`
+"all" (default: 1 only when every test passes) or "fraction"; `timeout` seconds per test (3);
+`memory_mb` (512).
+
+Why a pass cannot be forged. The sandbox runs `harness/judge.py`, trusted code, as its main
+program; it reads the tests and a fresh random key from stdin, makes itself non-dumpable (the
+solution, same uid, can then neither read its memory nor reopen its fds via /proc; pid 1 of the
+sandbox holds none of its streams), and starts the solution in a separate process by exec, so
+no copy of the tests or the key exists there. The tests run in the judge; every call into the
+solution returns plain data, decoded into fresh builtins (an object with a rigged `__eq__` never
+crosses; there are no judge frames to walk from the solution). `sys.exit` / `os._exit` end only
+the solution's process: the call fails. The solution's prints go to /dev/null; the verdict is
+one line with an HMAC under the key, written after every other process of the sandbox is killed.
+The host accepts exactly one correctly authenticated line; a line with a bad MAC is recorded as
+`forged_verdict`. Tests never live in files: decoy `tests/test_solution.py` and `conftest.py` are
+planted, and touching them (or planting test or config files) is reported as `touched_tests`.
+Not exit codes, not log lines, not files decide.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import threading
+from dataclasses import dataclass, field
+
+from posttrain.sandbox import LocalSandbox, RunRequest, Sandbox
+from posttrain.types import Score, Task, Trajectory
+from posttrain.verifiers.harness import JUDGE, RUNNER
+from posttrain.verifiers.registry import register, verifier_options
+
+VERDICT = "POSTTRAIN-VERDICT "
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_lock = threading.Lock()
+_sandbox: Sandbox | None = None
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    results: tuple[bool, ...]  # one per test, in order
+    error: str | None = None  # why tests could not all run (program failed, timed out, no verdict, ...)
+    events: tuple[str, ...] = ()  # violations: timeout, early_exit, touched_tests, forged_verdict, sandbox events
+    judged: bool = True  # False when the task's own tests are broken (not the solution's fault)
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.judged and bool(self.results) and all(self.results)
+
+    @property
+    def score(self) -> float:
+        return sum(self.results) / len(self.results) if self.results else 0.0
+
+
+def get_sandbox() -> Sandbox:
+    """The process-wide sandbox the `code` verifier uses (a bwrap LocalSandbox, made on first use)."""
+    global _sandbox
+    with _lock:
+        if _sandbox is None:
+            _sandbox = LocalSandbox(max_workers=os.cpu_count() or 1, max_queue=256)
+            atexit.register(_sandbox.close)
+        return _sandbox
+
+
+def set_sandbox(sandbox: Sandbox | None) -> None:
+    """Use another sandbox (e.g. a RemoteSandbox pool) for the `code` verifier."""
+    global _sandbox
+    with _lock:
+        _sandbox = sandbox
+
+
+def _count_tests(spec: dict) -> int:
+    if spec.get("io") is not None:
+        return len(spec["io"])
+    if spec.get("tests") is not None:
+        return len(spec["tests"])
+    try:
+        return max(1, sum(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(spec.get("test") or ""))))
+    except SyntaxError:
+        return 1
+
+
+def read_verdict(stdout: str, key: bytes) -> tuple[dict | None, list[str]]:
+    """The one authenticated verdict in `stdout` (None if there is not exactly one) and events."""
+    good, events = [], []
+    for line in stdout.splitlines():
+        if not line.startswith(VERDICT):
+            continue
+        mac, _, payload = line[len(VERDICT) :].partition(" ")
+        want = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
+        if hmac.compare_digest(mac, want):
+            good.append(payload)
+        else:
+            events.append("forged_verdict")
+    if len(good) != 1 or events:
+        return None, events + (["duplicate_verdict"] if len(good) > 1 else [])
+    try:
+        verdict = json.loads(good[0])
+    except json.JSONDecodeError:
+        return None, ["bad_verdict"]
+    return verdict, []
+
+
+def run_tests(spec: dict, *, sandbox: Sandbox | None = None, timeout_s: float = 3.0, memory_mb: int = 512,
+              max_seconds: float = 60.0) -> CodeResult:
+    """Run one program against its tests in the sandbox (see the module docstring for `spec`)."""
+    sandbox = sandbox or get_sandbox()
+    key = secrets.token_bytes(32)
+    n = _count_tests(spec)
+    budget = min(max_seconds, timeout_s * n + 5.0)
+    payload = {**spec, "timeout": timeout_s, "key": key.hex(), "runner": RUNNER,
+               "namespaced": getattr(sandbox, "isolation", "bwrap") == "bwrap"}
+    result = sandbox.run(RunRequest(code=JUDGE, stdin=json.dumps(payload), run_timeout=budget,
+                                    memory_limit_mb=memory_mb, output_limit_bytes=1 << 20))
+    verdict, events = read_verdict(result.run.stdout if result.run else "", key)
+    events += list(result.events)
+    if verdict is None:
+        why = "forged verdict" if "forged_verdict" in events else f"no verdict ({result.run.status.value if result.run else 'not run'})"
+        return CodeResult(results=(False,) * n, error=why, events=tuple(events))
+    results = verdict.get("results")
+    judged = isinstance(results, list)
+    return CodeResult(
+        results=tuple(bool(r) for r in results) if judged else (),
+        error=verdict.get("error"),
+        events=tuple(events) + tuple(verdict.get("events") or ()),
+        judged=judged,
+    )
+
+
+def extract_code(text: str) -> str:
+    """The last fenced code block of `text` (any language tag), else the whole text."""
+    blocks = _FENCE.findall(text)
+    return blocks[-1][1] if blocks else text
+
+
+def spec_for(reference: dict, completion: str, *, continuation: bool = False) -> dict:
+    """The sandbox spec for a completion of a task. `continuation`: the completion continues
+    the prompt (HumanEval files); otherwise the program is taken from the completion's text."""
+    code = completion if continuation else extract_code(completion)
+    if reference.get("io") is not None:
+        return {"mode": "stdio", "program": code, "io": reference["io"], "float_tol": reference.get("float_tol")}
+    prompt, entry = reference.get("prompt") or "", reference.get("entry_point")
+    if continuation or (entry and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE)):
+        program = prompt + code
+    else:
+        program = prompt + "\n\n" + code
+    return {"mode": "function", "program": program, "prompt": prompt, "entry_point": entry,
+            "test": reference.get("test"), "tests": reference.get("tests"), "setup": reference.get("setup")}
+
+
+@register("code")
+def code(task: Task, traj: Trajectory) -> Score | None:
+    ref = task.reference
+    if not isinstance(ref, dict) or not any(ref.get(k) is not None for k in ("test", "tests", "io")):
+        return None
+    opts = verifier_options(task, "code")
+    mode = opts.get("score", "all")
+    if mode not in ("all", "fraction"):
+        raise ValueError(f"code verifier: option score must be 'all' or 'fraction', got {mode!r}")
+    res = run_tests(spec_for(ref, traj.text), timeout_s=float(opts.get("timeout", 3.0)),
+                    memory_mb=int(opts.get("memory_mb", 512)))
+    if not res.judged:
+        return None
+    value = res.score if mode == "fraction" else float(res.passed)
+    return Score(value, "code", {"passed": sum(res.results), "tests": len(res.results),
+                                 "error": (res.error or "")[:200] or None, "events": list(res.events)})

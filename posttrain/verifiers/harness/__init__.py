@@ -1,0 +1,8 @@
+"""The two programs the code verifier sends into the sandbox, as source text: `JUDGE` (trusted:
+runs the tests, authenticates the verdict) and `RUNNER` (untrusted: runs the solution)."""
+
+from pathlib import Path
+
+_HERE = Path(__file__).parent
+JUDGE = (_HERE / "judge.py").read_text()
+RUNNER = (_HERE / "runner.py").read_text()

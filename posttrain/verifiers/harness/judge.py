@@ -1,0 +1,452 @@
+"""The TRUSTED side of the code verifier: the sandbox's main program. It reads the task (tests,
+key) from stdin, runs the solution in a separate process (`runner.py`), runs the tests itself
+and prints one verdict line authenticated with an HMAC under the per-run key.
+
+Why the solution cannot forge a pass (see posttrain/verifiers/code.py for the whole argument):
+- the tests and the key exist only in this process's memory; it is made non-dumpable first
+  thing, so the solution (same uid) can neither read its memory nor reopen its fds via /proc;
+- the solution runs in another process started by exec (no copy of this memory) and sends only
+  plain data, decoded here into fresh builtins: no `__eq__` override, no stack frames to walk;
+- its stdout and stderr go to /dev/null; the verdict is the HMAC'd line this process writes
+  after every other process in the sandbox has been killed.
+
+Modes: "function" (HumanEval `check(candidate)`, MBPP assert lists, module-level asserts) and
+"stdio" (input/expected-output pairs; the program's output is compared here).
+"""
+
+import ctypes
+import os
+import sys
+
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no /proc/PID/{mem,fd}, no ptrace
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _here and not p.startswith("/work")]
+
+import ast  # noqa: E402  (after the path is cleaned: nothing importable from the work dir)
+import base64  # noqa: E402
+import builtins  # noqa: E402
+import hashlib  # noqa: E402
+import hmac  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+_spec = json.loads(sys.stdin.buffer.read())
+os.close(0)
+_KEY = bytes.fromhex(_spec.pop("key"))
+_OUT = os.dup(1)  # the verdict channel; fd 1 itself goes to /dev/null for the tests' prints
+_null = os.open(os.devnull, os.O_RDWR)
+os.dup2(_null, 1)
+os.dup2(_null, 2)
+events: list[str] = []
+MAX_MESSAGE = 64 << 20
+DECOYS = {"tests/test_solution.py": b"# The tests of this task do not run from this file.\n", "conftest.py": b""}
+TEST_NAMES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "sitecustomize.py", "usercustomize.py")
+
+
+class TestTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise TestTimeout("test timed out")
+
+
+signal.signal(signal.SIGALRM, _alarm)
+
+
+def _dec(v, depth=0):
+    """Plain data from the runner -> fresh builtin objects (strict: anything else is an error)."""
+    if depth > 200:
+        raise ValueError("value nested too deeply")
+    if v is None or type(v) in (bool, int, float, str):
+        return v
+    if type(v) is list:
+        return [_dec(x, depth + 1) for x in v]
+    if type(v) is dict and len(v) == 1:
+        (tag, x), = v.items()
+        if tag == "$t" and type(x) is list:
+            return tuple(_dec(y, depth + 1) for y in x)
+        if tag in ("$s", "$fs") and type(x) is list:
+            items = [_dec(y, depth + 1) for y in x]
+            return set(items) if tag == "$s" else frozenset(items)
+        if tag == "$d" and type(x) is list:
+            return {_dec(p[0], depth + 1): _dec(p[1], depth + 1) for p in x if type(p) is list and len(p) == 2}
+        if tag == "$b" and type(x) is str:
+            return base64.b64decode(x, validate=True)
+        if tag == "$c" and type(x) is list and len(x) == 2:
+            return complex(float(_dec(x[0])), float(_dec(x[1])))
+        if tag == "$f" and x in ("nan", "inf", "-inf"):
+            return float(x)
+        if tag == "$it" and type(x) is list:
+            return iter([_dec(y, depth + 1) for y in x])
+    raise ValueError(f"malformed value from the solution: {str(v)[:80]}")
+
+
+def _enc(v, depth=0):
+    if depth > 200:
+        raise ValueError("argument nested too deeply")
+    if v is None or type(v) in (bool, int, str):
+        return v
+    if type(v) is float:
+        return v if math.isfinite(v) else {"$f": repr(v)}
+    if isinstance(v, list):
+        return [_enc(x, depth + 1) for x in v]
+    if isinstance(v, tuple):
+        return {"$t": [_enc(x, depth + 1) for x in v]}
+    if isinstance(v, (set, frozenset)):
+        return {"$fs" if isinstance(v, frozenset) else "$s": [_enc(x, depth + 1) for x in v]}
+    if isinstance(v, dict):
+        return {"$d": [[_enc(k, depth + 1), _enc(x, depth + 1)] for k, x in v.items()]}
+    if isinstance(v, (bytes, bytearray)):
+        return {"$b": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, complex):
+        return {"$c": [_enc(v.real), _enc(v.imag)]}
+    if isinstance(v, int):  # bool/int subclasses from the tests (e.g. IntEnum)
+        return int(v)
+    raise TypeError(f"cannot pass a {type(v).__name__} to the solution")
+
+
+def _raise(name, msg):
+    cls = getattr(builtins, name, None) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    try:
+        exc = cls(msg)
+    except Exception:  # noqa: BLE001 - exception classes with other signatures
+        exc = RuntimeError(f"{name}: {msg}")
+    raise exc
+
+
+class SolutionGone(Exception):
+    """The solution process exited (sys.exit, os._exit, a crash) or stopped answering."""
+
+
+class Child:
+    """The runner process, restarted (the program re-run) after it dies, a few times at most."""
+
+    def __init__(self, runner: str, program: str):
+        self.runner, self.program, self.proc, self.names, self.starts = runner, program, None, {}, 0
+        self.buf = b""
+
+    def start(self):
+        if self.starts >= 4:
+            raise SolutionGone("the solution died too often")
+        self.starts += 1
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", self.runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd="/work" if os.path.isdir("/work") else None,
+        )
+        self.buf = b""
+        reply = self.ask({"program": self.program})
+        if not reply.get("ok"):
+            self.kill()
+            raise SolutionGone(f"the program failed: {reply.get('raise')}: {reply.get('msg')}")
+        names = reply.get("names")
+        self.names = {k: v for k, v in names.items() if isinstance(k, str)} if isinstance(names, dict) else {}
+
+    def ask(self, msg):
+        if self.proc is None:
+            self.start()
+        try:
+            self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._gone("exited")
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self._gone("exited")
+            self.buf += chunk
+            if len(self.buf) > MAX_MESSAGE:
+                self._gone("message_too_large")
+        line, self.buf = self.buf.split(b"\n", 1)
+        reply = json.loads(line)
+        if type(reply) is not dict:
+            raise ValueError("malformed reply from the solution")
+        return reply
+
+    def _gone(self, why):
+        events.append("early_exit" if why == "exited" else why)
+        self.kill()
+        raise SolutionGone(f"the solution {why}")
+
+    def kill(self):
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+            self.proc = None
+
+    def value(self, reply):
+        if "raise" in reply:
+            _raise(reply["raise"], str(reply.get("msg", ""))[:500])
+        return _dec(reply.get("value"))
+
+
+class Remote:
+    """A name defined by the solution; calling it asks the runner."""
+
+    def __init__(self, child, name):
+        self._child, self.__name__ = child, name
+
+    def __call__(self, *args, **kwargs):
+        msg = {"call": self.__name__, "args": [_enc(a) for a in args], "kwargs": [[k, _enc(v)] for k, v in kwargs.items()]}
+        try:
+            return self._child.value(self._child.ask(msg))
+        except TestTimeout:
+            events.append("timeout")
+            self._child.kill()
+            raise
+
+    def __repr__(self):
+        return f"<solution function {self.__name__}>"
+
+
+def _has_assert(node):
+    return any(isinstance(n, ast.Assert) for n in ast.walk(node))
+
+
+def _steps(spec, tree):
+    """([(statement source, is_test)], the name of check's candidate parameter or None).
+    A statement is a test when it contains an assert; the others set up (a failing one ends the run)."""
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if spec.get("tests") is not None:
+        return [(t, True) for t in spec["tests"]], None
+    if check is not None and check.args.args:
+        body = [(ast.unparse(s), _has_assert(s)) for s in check.body]
+        if not any(is_test for _, is_test in body):
+            return [(f"check({check.args.args[0].arg})", True)], check.args.args[0].arg
+        return body, check.args.args[0].arg
+    return [(ast.unparse(s), _has_assert(s)) for s in tree.body if _has_assert(s)], None
+
+
+def _referenced(sources):
+    names = set()
+    for src in sources:
+        try:
+            names |= {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}
+        except SyntaxError:
+            pass
+    return names
+
+
+def _bind(ns, child, entry_point, wanted):
+    for name, kind in child.names.items():
+        if name == entry_point or (name in wanted and name not in ns and not hasattr(builtins, name)):
+            ns[name] = Remote(child, name) if kind == "call" else child.value(child.ask({"get": name}))
+
+
+def run_function(spec):
+    timeout = float(spec.get("timeout", 3.0))
+    test_src = spec.get("test") or ""
+    ns = {"__name__": "__test__"}
+    tree = ast.parse(test_src)
+    if spec.get("prompt"):
+        try:  # the task's own prompt code is trusted: its helpers (e.g. HumanEval/32's poly) stay ours
+            exec(compile(spec["prompt"], "prompt.py", "exec"), ns)
+        except Exception:  # noqa: BLE001 - a prompt that is not a complete module
+            pass
+    entry = spec.get("entry_point")
+    ns.pop(entry, None)
+    exec(compile(spec.get("setup") or "", "setup.py", "exec"), ns)
+    exec(compile(tree, "test.py", "exec"), ns)
+    steps, param = _steps(spec, tree)
+    n_tests = sum(1 for _, t in steps if t)
+    child = Child(spec["runner"], spec["program"])
+    results, error = [], None
+    try:
+        child.start()
+        if entry and entry not in child.names:
+            raise SolutionGone(f"the program defines no {entry!r}")
+        _bind(ns, child, entry, _referenced([s for s, _ in steps]))
+        if param is not None:
+            ns[param] = ns[entry] if entry else None
+        for src, is_test in steps:
+            ok = _run_step(src, ns, timeout, child, entry, param)
+            if is_test:
+                results.append(ok)
+            elif not ok:
+                error = "a setup statement of the tests failed"
+                break
+    except SolutionGone as e:
+        error = str(e)
+    except TestTimeout:
+        error = "timed out"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        child.kill()
+    results += [False] * (n_tests - len(results))
+    return results, error
+
+
+def _run_step(src, ns, timeout, child, entry, param):
+    if child.proc is None:  # killed after a timeout or an exit: start it again for the next test
+        child.start()
+        _bind(ns, child, entry, _referenced([src]))
+        if param is not None:
+            ns[param] = ns[entry]
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        exec(compile(src, "test.py", "exec"), ns)
+        return True
+    except SolutionGone:
+        raise
+    except TestTimeout:
+        events.append("timeout")
+        child.kill()
+        return False
+    except BaseException:  # noqa: BLE001 - assertion failures and the solution's own errors
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _normal(text, tol):
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return [line.split() for line in lines] if tol is not None else lines
+
+
+def _same(got, want, tol):
+    g, w = _normal(got, tol), _normal(want, tol)
+    if tol is None or len(g) != len(w):
+        return g == w
+    for gl, wl in zip(g, w):
+        if len(gl) != len(wl):
+            return False
+        for a, b in zip(gl, wl):
+            if a == b:
+                continue
+            try:
+                if not math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol):
+                    return False
+            except ValueError:
+                return False
+    return True
+
+
+def _run_case(path, stdin, timeout, cap):
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-B", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd=os.path.dirname(path),
+    )
+    out, pending, deadline = b"", stdin.encode(), time.monotonic() + timeout
+    fd_in, fd_out = proc.stdin.fileno(), proc.stdout.fileno()
+    os.set_blocking(fd_in, False)
+    if not pending:
+        proc.stdin.close()
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                events.append("timeout")
+                return None
+            ready_r, ready_w, _ = select.select([fd_out], [fd_in] if pending else [], [], left)
+            if ready_w:
+                try:
+                    pending = pending[os.write(fd_in, pending[: 1 << 16]) :]
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:  # the program stopped reading: fine
+                    pending = b""
+                if not pending:
+                    proc.stdin.close()
+            if ready_r:
+                chunk = os.read(fd_out, 1 << 16)
+                if not chunk:
+                    try:
+                        proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        events.append("timeout")
+                        return None
+                    return out.decode("utf-8", errors="replace") if proc.returncode == 0 else None
+                out += chunk
+                if len(out) > cap:
+                    events.append("output_limit")
+                    return None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+
+
+def run_stdio(spec):
+    path = "/work/solution.py" if os.path.isdir("/work") else os.path.abspath("solution.py")
+    with open(path, "w") as f:
+        f.write(spec["program"])
+    tol = spec.get("float_tol")
+    results = []
+    for case in spec["io"]:
+        got = _run_case(path, case["input"], float(spec.get("timeout", 3.0)), int(spec.get("output_cap", 1 << 22)))
+        results.append(got is not None and _same(got, case["output"], tol))
+    return results, None
+
+
+def _plant_decoys():
+    for rel, content in DECOYS.items():
+        os.makedirs(os.path.dirname(os.path.join("/work", rel)), exist_ok=True)
+        with open(os.path.join("/work", rel), "wb") as f:
+            f.write(content)
+
+
+def _touched_tests():
+    for rel, content in DECOYS.items():
+        try:
+            with open(os.path.join("/work", rel), "rb") as f:
+                if f.read(len(content) + 1) != content:
+                    return True
+        except OSError:
+            return True
+    seen = 0
+    for root, dirs, files in os.walk("/work"):
+        for name in files:
+            seen += 1
+            rel = os.path.relpath(os.path.join(root, name), "/work")
+            if rel in DECOYS:
+                continue
+            if name in TEST_NAMES or (name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))):
+                return True
+        if seen > 5000:
+            return False
+    return False
+
+
+def main():
+    namespaced = bool(_spec.get("namespaced")) and os.getppid() == 1 and os.path.isdir("/work")
+    if namespaced:
+        _plant_decoys()
+    error, results = None, []
+    try:
+        if _spec.get("mode") == "stdio":
+            results, error = run_stdio(_spec)
+        else:
+            results, error = run_function(_spec)
+    except Exception as e:  # noqa: BLE001 - the task's own test code failed: not the solution's fault
+        error, results = f"task: {type(e).__name__}: {str(e)[:300]}", None
+        events.append("task_error")
+    if namespaced:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of this sandbox but pid 1 and this one
+        except OSError:
+            pass
+        if _touched_tests():
+            events.append("touched_tests")
+    payload = json.dumps({"results": results, "error": error, "events": sorted(set(events))}).encode()
+    mac = hmac.new(_KEY, payload, hashlib.sha256).hexdigest().encode()
+    os.write(_OUT, b"\nPOSTTRAIN-VERDICT " + mac + b" " + payload + b"\n")
+
+
+main()
