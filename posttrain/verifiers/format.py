@@ -174,7 +174,7 @@ def tags(task: Task, traj: Trajectory) -> Score:
         for m in _tag_pattern(tag).finditer(text):
             (closes if m.group(1) else opens).append(m)
         if len(opens) != 1 or len(closes) != 1:
-            return fail(f"<{tag}> must appear exactly once with its closing tag: {len(opens)} open, {len(closes)} close")
+            return fail(f"<{tag}> must appear exactly once, closed: {len(opens)} open, {len(closes)} close")
         o, c = opens[0], closes[0]
         if o.group(0) != f"<{tag}>" or c.group(0) != f"</{tag}>":
             return fail(f"<{tag}> is misspelled: {_clip(o.group(0), 40)!r} ... {_clip(c.group(0), 40)!r}")
@@ -261,7 +261,8 @@ def _validator(schema_text: str):
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(root)"
-        raise ConfigError(f"verifier_options.json.schema is not a valid JSON Schema at {where}: {_clip(e.message)}") from None
+        msg = f"verifier_options.json.schema is not a valid JSON Schema at {where}: {_clip(e.message)}"
+        raise ConfigError(msg) from None
     return cls(schema)
 
 
