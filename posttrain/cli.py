@@ -4,6 +4,7 @@ and calls one recipe; heavy imports happen inside the commands so `--help` is in
     posttrain run configs/quickstart.yaml
     posttrain sft configs/x.yaml train.lr=1e-4 model.path=/models/m
     posttrain eval --model runs/sft/final --tasks basic_arithmetic,chain_sum --samples 4
+    posttrain verify code --tasks T.jsonl --completions C.jsonl --out R.jsonl
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.console import Console
 
 from posttrain.errors import PosttrainError
 from posttrain.sandbox.cli import app as sandbox_app
+from posttrain.verifiers.cli import app as verify_app
 
 app = typer.Typer(
     help="posttrain: post-training for open-weight language models (SFT, preference alignment, RLVR).",
@@ -27,6 +29,7 @@ app = typer.Typer(
 tasks_app = typer.Typer(help="Inspect task sources.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(verify_app, name="verify")
 
 err = Console(stderr=True)
 

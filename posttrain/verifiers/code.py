@@ -96,51 +96,73 @@ def _count_tests(spec: dict) -> int:
         return 1
 
 
-def read_verdict(stdout: str, key: bytes) -> tuple[dict | None, list[str]]:
-    """The one authenticated verdict in `stdout` (None if there is not exactly one) and events."""
-    good, events = [], []
+def read_verdicts(stdout: str, key: bytes, n_jobs: int) -> tuple[dict[int, dict], list[str]]:
+    """The authenticated verdict of each job in `stdout` (job -> verdict) and events. A line with
+    a bad MAC (`forged_verdict`) voids the whole run; a job with two verdicts gets none."""
+    good: dict[int, list[dict]] = {}
+    events: list[str] = []
     for line in stdout.splitlines():
         if not line.startswith(VERDICT):
             continue
         mac, _, payload = line[len(VERDICT) :].partition(" ")
         want = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
-        if hmac.compare_digest(mac, want):
-            good.append(payload)
-        else:
+        if not hmac.compare_digest(mac, want):
             events.append("forged_verdict")
-    if len(good) != 1 or events:
-        return None, events + (["duplicate_verdict"] if len(good) > 1 else [])
-    try:
-        verdict = json.loads(good[0])
-    except json.JSONDecodeError:
-        return None, ["bad_verdict"]
-    return verdict, []
+            continue
+        try:
+            verdict = json.loads(payload)
+        except json.JSONDecodeError:
+            events.append("bad_verdict")
+            continue
+        if isinstance(verdict, dict) and verdict.get("job") in range(n_jobs):
+            good.setdefault(verdict["job"], []).append(verdict)
+    if "forged_verdict" in events:
+        return {}, events
+    events += ["duplicate_verdict" for v in good.values() if len(v) > 1]
+    return {job: v[0] for job, v in good.items() if len(v) == 1}, events
 
 
-def run_tests(spec: dict, *, sandbox: Sandbox | None = None, timeout_s: float = 3.0, memory_mb: int = 512,
-              max_seconds: float = 60.0) -> CodeResult:
-    """Run one program against its tests in the sandbox (see the module docstring for `spec`)."""
+def run_batch(specs: list[dict], *, sandbox: Sandbox | None = None, timeout_s: float = 3.0, memory_mb: int = 512,
+              max_seconds: float = 120.0) -> list[CodeResult]:
+    """Verify several programs in one sandbox run, one after another (a fresh solution process,
+    an emptied work dir and no surviving process between them). A job left without a verdict
+    (its run was killed or timed out) is verified again alone, so a hostile program cannot void
+    the verdicts of the others."""
     sandbox = sandbox or get_sandbox()
     key = secrets.token_bytes(32)
-    n = _count_tests(spec)
-    budget = min(max_seconds, timeout_s * n + 5.0)
-    payload = {**spec, "timeout": timeout_s, "key": key.hex(), "runner": RUNNER,
+    counts = [_count_tests(spec) for spec in specs]
+    budget = min(max_seconds, sum(timeout_s * n + 2.0 for n in counts) + 3.0)
+    payload = {"jobs": specs, "timeout": timeout_s, "key": key.hex(), "runner": RUNNER,
                "namespaced": getattr(sandbox, "isolation", "bwrap") == "bwrap"}
     result = sandbox.run(RunRequest(code=JUDGE, stdin=json.dumps(payload), run_timeout=budget,
                                     memory_limit_mb=memory_mb, output_limit_bytes=1 << 20))
-    verdict, events = read_verdict(result.run.stdout if result.run else "", key)
+    verdicts, events = read_verdicts(result.run.stdout if result.run else "", key, len(specs))
     events += list(result.events)
-    if verdict is None:
-        why = "forged verdict" if "forged_verdict" in events else f"no verdict ({result.run.status.value if result.run else 'not run'})"
-        return CodeResult(results=(False,) * n, error=why, events=tuple(events))
-    results = verdict.get("results")
-    judged = isinstance(results, list)
-    return CodeResult(
-        results=tuple(bool(r) for r in results) if judged else (),
-        error=verdict.get("error"),
-        events=tuple(events) + tuple(verdict.get("events") or ()),
-        judged=judged,
-    )
+    out: list[CodeResult] = []
+    for job, (spec, n) in enumerate(zip(specs, counts)):
+        verdict = verdicts.get(job)
+        if verdict is None and len(specs) > 1:
+            out.append(run_batch([spec], sandbox=sandbox, timeout_s=timeout_s, memory_mb=memory_mb)[0])
+        elif verdict is None:
+            status = result.run.status.value if result.run else "not run"
+            why = "forged verdict" if "forged_verdict" in events else f"no verdict ({status})"
+            out.append(CodeResult(results=(False,) * n, error=why, events=tuple(events)))
+        else:
+            results = verdict.get("results")
+            judged = isinstance(results, list)
+            out.append(CodeResult(
+                results=tuple(bool(r) for r in results) if judged else (),
+                error=verdict.get("error"),
+                events=tuple(events) + tuple(verdict.get("events") or ()),
+                judged=judged,
+            ))
+    return out
+
+
+def run_tests(spec: dict, **kw) -> CodeResult:
+    """Run one program against its tests in the sandbox (see the module docstring for `spec`;
+    keyword arguments as for `run_batch`)."""
+    return run_batch([spec], **kw)[0]
 
 
 def extract_code(text: str) -> str:

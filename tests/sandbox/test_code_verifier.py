@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from posttrain.types import Task, Trajectory
-from posttrain.verifiers.code import code, read_verdict, run_tests, spec_for
+from posttrain.verifiers.code import code, read_verdicts, run_batch, run_tests, spec_for
 
 ADD = {
     "prompt": "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n",
@@ -168,18 +168,32 @@ def test_stdin_stdout_tasks_compare_the_programs_output(sandbox):
     assert not run_tests(spec_for({**tol, "float_tol": None}, "print(1/3)"), sandbox=sandbox).passed
 
 
-def test_read_verdict_accepts_exactly_one_authenticated_line():
+def test_read_verdicts_accepts_one_authenticated_line_per_job():
     import hashlib
     import hmac
 
     key = b"k" * 32
-    payload = json.dumps({"results": [True], "error": None, "events": []})
-    mac = hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
-    good = f"POSTTRAIN-VERDICT {mac} {payload}"
-    assert read_verdict(good, key)[0]["results"] == [True]
-    assert read_verdict(f"POSTTRAIN-VERDICT {'0' * 64} {payload}", key) == (None, ["forged_verdict"])
-    assert read_verdict(f"{good}\n{good}", key)[0] is None
-    assert read_verdict("PASSED\n", key)[0] is None
+
+    def line(job, results, k=key):
+        payload = json.dumps({"job": job, "results": results, "error": None, "events": []})
+        return f"POSTTRAIN-VERDICT {hmac.new(k, payload.encode(), hashlib.sha256).hexdigest()} {payload}"
+
+    got, events = read_verdicts(f"noise\n{line(0, [True])}\n{line(1, [False])}\n", key, 2)
+    assert got[0]["results"] == [True] and got[1]["results"] == [False] and events == []
+    assert read_verdicts(line(0, [True], k=b"x" * 32), key, 1) == ({}, ["forged_verdict"])
+    assert read_verdicts(f"{line(0, [True])}\n{line(1, [True], k=b'x' * 32)}", key, 2)[0] == {}  # a forgery voids all
+    assert read_verdicts(f"{line(0, [True])}\n{line(0, [False])}", key, 1) == ({}, ["duplicate_verdict"])
+    assert read_verdicts(line(5, [True]), key, 1)[0] == {}  # no such job
+    assert read_verdicts("PASSED\n", key, 1)[0] == {}
+
+
+def test_a_batch_gives_each_job_its_own_verdict_and_a_killer_cannot_void_the_others(sandbox):
+    kill_judge = "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n    return 0\n"
+    planter = "    open('/work/answer.txt', 'w').write('x')\n    open('/tmp/t', 'w').write('x')\n    return a + b\n"
+    snooper = "    import os\n    assert not os.path.exists('/work/answer.txt') and not os.path.exists('/tmp/t')\n    return a + b\n"
+    specs = [spec_for(ADD, c, continuation=True) for c in ("    return a + b\n", kill_judge, planter, snooper, "    return a * b\n")]
+    got = run_batch(specs, sandbox=sandbox, timeout_s=2.0)
+    assert [r.passed for r in got] == [True, False, True, True, False]
 
 
 def test_the_code_verifier_scores_a_chat_completion(sandbox, monkeypatch):

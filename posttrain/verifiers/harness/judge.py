@@ -30,6 +30,7 @@ import hmac  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import select  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -137,7 +138,7 @@ class Child:
             raise SolutionGone("the solution died too often")
         self.starts += 1
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-c", self.runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-I", "-S", "-B", "-c", self.runner], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd="/work" if os.path.isdir("/work") else None,
         )
         self.buf = b""
@@ -395,6 +396,54 @@ def run_stdio(spec):
     return results, None
 
 
+def _clean():
+    """Empty the work dir, /tmp and /dev/shm between jobs (the previous solution's leftovers)."""
+    for top in ("/work", "/tmp", "/dev/shm"):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(top, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, onerror=_force)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _force(func, path, exc_info):
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o700)
+        func(path)
+    except OSError:
+        pass
+
+
+def _kill_others():
+    """SIGKILL every process of this sandbox but pid 1 and this one (daemons included), reap them."""
+    me = os.getpid()
+    for _ in range(20):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.001)
+
+
 def _plant_decoys():
     for rel, content in DECOYS.items():
         os.makedirs(os.path.dirname(os.path.join("/work", rel)), exist_ok=True)
@@ -424,29 +473,32 @@ def _touched_tests():
     return False
 
 
+def run_job(job):
+    events.clear()
+    try:
+        if job.get("mode") == "stdio":
+            return run_stdio(job)
+        return run_function(job)
+    except Exception as e:  # noqa: BLE001 - the task's own test code failed: not the solution's fault
+        events.append("task_error")
+        return None, f"task: {type(e).__name__}: {str(e)[:300]}"
+
+
 def main():
     namespaced = bool(_spec.get("namespaced")) and os.getppid() == 1 and os.path.isdir("/work")
-    if namespaced:
-        _plant_decoys()
-    error, results = None, []
-    try:
-        if _spec.get("mode") == "stdio":
-            results, error = run_stdio(_spec)
-        else:
-            results, error = run_function(_spec)
-    except Exception as e:  # noqa: BLE001 - the task's own test code failed: not the solution's fault
-        error, results = f"task: {type(e).__name__}: {str(e)[:300]}", None
-        events.append("task_error")
-    if namespaced:
-        try:
-            os.kill(-1, signal.SIGKILL)  # every process of this sandbox but pid 1 and this one
-        except OSError:
-            pass
-        if _touched_tests():
-            events.append("touched_tests")
-    payload = json.dumps({"results": results, "error": error, "events": sorted(set(events))}).encode()
-    mac = hmac.new(_KEY, payload, hashlib.sha256).hexdigest().encode()
-    os.write(_OUT, b"\nPOSTTRAIN-VERDICT " + mac + b" " + payload + b"\n")
+    for i, job in enumerate(_spec["jobs"]):
+        job = {**job, "runner": _spec["runner"], "timeout": _spec.get("timeout", 3.0)}
+        if namespaced:
+            _clean()
+            _plant_decoys()
+        results, error = run_job(job)
+        if namespaced:
+            _kill_others()
+            if _touched_tests():
+                events.append("touched_tests")
+        payload = json.dumps({"job": i, "results": results, "error": error, "events": sorted(set(events))}).encode()
+        mac = hmac.new(_KEY, payload, hashlib.sha256).hexdigest().encode()
+        os.write(_OUT, b"\nPOSTTRAIN-VERDICT " + mac + b" " + payload + b"\n")
 
 
 main()

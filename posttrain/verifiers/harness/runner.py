@@ -14,7 +14,12 @@ import base64
 import json
 import math
 import os
+import sys
 import types
+
+# started with -S (no site: faster); the system's package dirs are still importable
+sys.path += [p for p in ("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1],
+                         "/usr/lib/python3/dist-packages") if os.path.isdir(p)]
 
 _rpc_in = os.fdopen(os.dup(0), "rb")
 _rpc_out = os.fdopen(os.dup(1), "wb", buffering=0)

