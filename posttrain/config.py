@@ -178,6 +178,10 @@ class DomainConfig(Strict):
     # verifiers to score this domain with, replacing the ones its tasks name (e.g. [numeric] for
     # exact-number rewards where reasoning-gym's own scorer gives partial credit to wrong answers)
     verifiers: list[str] | None = None
+    verifier_options: dict[str, dict[str, Any]] = {}  # per verifier, e.g. {"code": {"score": "fraction"}}
+    # how several verifiers' scores become the task score: mean | all | any | majority | weights
+    combine: Literal["mean", "all", "any", "majority", "weights"] = "mean"
+    verifier_weights: dict[str, float] | None = None  # for combine: weights
 
 
 class TemperatureConfig(Strict):
@@ -235,6 +239,18 @@ class RewardConfig(Strict):
     overlong_penalty: float = Field(1.0, ge=0)
     length_target: int | None = Field(None, gt=0)  # penalise tokens beyond this ...
     length_weight: float = Field(0.0, ge=0)  # ... by weight x excess / target
+    verify_workers: int | None = Field(None, gt=0)  # threads verifying a step's samples (default 2 per core)
+
+
+class MonitorConfig(Strict):
+    """Reward-hacking and verifier-disagreement alarms (posttrain/verifiers/monitors.py, ensemble.py)."""
+
+    gap_widen: float = Field(0.15, ge=0)  # train pass rate - held-out pass@1 may widen this much
+    surge_factor: float = Field(3.0, gt=0)  # violations above this x their recent mean ...
+    surge_min: int = Field(5, ge=0)  # ... and above this count raise an alert
+    disagreement_rate: float = Field(0.2, ge=0, le=1)  # verifiers disagreeing on more than this warns
+    disagreement_min: int = Field(20, gt=0)  # trajectories judged by >= 2 verifiers needed first
+    rollout_log: bool = True  # write RUN_DIR/rollouts/step_NNNNNN.jsonl (spot checks read them)
 
 
 class RLTrainConfig(Strict):
@@ -265,12 +281,16 @@ class RLConfig(Strict):
     reward: RewardConfig = RewardConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant")
     train: RLTrainConfig = RLTrainConfig()
+    monitor: MonitorConfig = MonitorConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":
         if not self.tasks:
             raise ValueError("tasks: the mixture is empty; name at least one domain")
+        for d in self.tasks:
+            if d.combine == "weights" and not d.verifier_weights:
+                raise ValueError(f"tasks: domain {d.name!r} combines by weights but sets no verifier_weights")
         names = [d.name for d in self.tasks]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

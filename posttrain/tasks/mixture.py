@@ -144,19 +144,32 @@ class Mixture:
 
 
 class Rescored:
-    """A source whose tasks are scored by other verifiers than the ones they name."""
+    """A source whose tasks are scored the domain's way: other verifiers than the ones they name
+    (`verifiers`, None keeps theirs), per-verifier options and the rule that combines several
+    verifiers (both recorded in each task's metadata, where `verifier_options` and
+    `combined_score` read them)."""
 
-    def __init__(self, source: Source, verifiers: Sequence[str]):
+    def __init__(self, source: Source, verifiers: Sequence[str] | None, options: dict | None = None,
+                 combine: str = "mean", weights: dict[str, float] | None = None):
         from posttrain.verifiers import get_verifier
 
-        for name in verifiers:
-            get_verifier(name)  # unknown names fail at build time, with suggestions
-        if not verifiers:
+        if verifiers is not None and not verifiers:
             raise ConfigError(f"domain {source.domain!r}: 'verifiers' is empty; name at least one or leave it unset")
-        self.source, self.verifiers, self.domain = source, tuple(verifiers), source.domain
+        for name in list(verifiers or []) + list(options or {}):
+            get_verifier(name)  # unknown names fail at build time, with suggestions
+        self.source, self.domain = source, source.domain
+        self.verifiers = tuple(verifiers) if verifiers is not None else None
+        self.meta = {k: v for k, v in (("verifier_options", options), ("combine", combine if combine != "mean" else None),
+                                       ("verifier_weights", weights)) if v}
 
     def _swap(self, tasks: list[Task]) -> list[Task]:
-        return [replace(t, verifiers=self.verifiers) for t in tasks]
+        out = []
+        for t in tasks:
+            meta = {**t.metadata, **self.meta}
+            if "verifier_options" in self.meta:
+                meta["verifier_options"] = {**t.metadata.get("verifier_options", {}), **self.meta["verifier_options"]}
+            out.append(replace(t, verifiers=self.verifiers or t.verifiers, metadata=meta))
+        return out
 
     def take(self, n: int) -> list[Task]:
         return self._swap(self.source.take(n))
@@ -180,5 +193,6 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
             source: Source = JsonlSource(d.name, d.path, seed, d.eval_tasks)
         else:
             source = GymSource(d.name, d.options, task_seed, d.eval_tasks)
-        sources.append(Rescored(source, d.verifiers) if d.verifiers is not None else source)
+        custom = d.verifiers is not None or d.verifier_options or d.combine != "mean"
+        sources.append(Rescored(source, d.verifiers, d.verifier_options, d.combine, d.verifier_weights) if custom else source)
     return Mixture(sources, [d.weight for d in domains], seed)

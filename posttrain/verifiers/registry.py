@@ -76,12 +76,20 @@ def run_verifiers(task: Task, traj: Trajectory) -> tuple[list[Score], list[str]]
     return scores, errors
 
 
-def task_score(scores: list[Score]) -> float | None:
-    """The raw task score: the mean of the verifiers' values, None when none judged."""
+def task_score(scores: list[Score], task: Task | None = None) -> float | None:
+    """The raw task score: the verifiers' values combined by the task's rule (metadata `combine`:
+    mean (default) | all | any | majority | weights, with `verifier_weights`); None when none judged."""
     if not scores:
         return None
-    return sum(s.value for s in scores) / len(scores)
+    meta = task.metadata if task is not None else {}
+    rule = meta.get("combine", "mean")
+    if rule == "mean":
+        return sum(s.value for s in scores) / len(scores)
+    from posttrain.verifiers.ensemble import combine
+
+    return combine(scores, rule, weights=meta.get("verifier_weights"))
 
 
 def _load_builtins() -> None:
-    from posttrain.verifiers import basic  # noqa: F401  (registers exact, numeric, reasoning_gym)
+    # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length
+    from posttrain.verifiers import basic, code, format  # noqa: F401

@@ -207,3 +207,21 @@ def test_eval_tasks_beyond_the_holdout_are_refused():
 
     with pytest.raises(ConfigError, match=f"eval_tasks={HOLDOUT + 1} exceeds the {HOLDOUT} held-out"):
         build_mixture([DomainConfig(name="chain_sum", eval_tasks=HOLDOUT + 1)], task_seed=500_000, seed=0)
+
+
+def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score():
+    from posttrain.config import DomainConfig
+    from posttrain.tasks.mixture import build_mixture
+    from posttrain.types import Score
+    from posttrain.verifiers import task_score, verifier_options
+
+    d = DomainConfig(name="chain_sum", verifiers=["numeric", "exact"], eval_tasks=2, combine="all",
+                     verifier_options={"numeric": {"rel_tol": 0.01}})
+    mix = build_mixture([d], task_seed=500_000, seed=0)
+    for task in mix.sample(3, step=0) + mix.sources[0].eval_tasks():
+        assert task.verifiers == ("numeric", "exact")
+        assert verifier_options(task, "numeric") == {"rel_tol": 0.01} and verifier_options(task, "exact") == {}
+        split = [Score(1.0, "numeric"), Score(0.0, "exact")]
+        assert task_score(split, task) == 0.0  # all: one verifier failing fails the task
+    mean_task = build_mixture([DomainConfig(name="chain_sum", eval_tasks=2)], task_seed=500_000, seed=0).sample(1, 0)[0]
+    assert task_score([Score(1.0, "numeric"), Score(0.0, "exact")], mean_task) == 0.5
