@@ -6,7 +6,8 @@ checkpoints/, tb/, wandb/ and hidden folders are not searched):
   (collapsible), a summary table of every metric, and curves of every numeric metric with two or
   more points, grouped: keys sharing a prefix (`reward/<domain>`, `pass@1/<domain>`, `time/<phase>`)
   share a plot, and `eval_X` is drawn with `X`; at most MAX_PLOTS plots per stage (the summary table
-  still lists the rest);
+  still lists the rest); a stage with alerts.jsonl (reward-hacking alerts, posttrain.verifiers.monitors)
+  gets an "Alerts" section at its top: a count per kind and a table (step, kind, message);
 - an *eval* is any *.json with a top-level "domains" mapping (format: posttrain.eval.harness): one table
   each, and with several of them a pass@1 comparison table and a grouped bar chart by domain.
 All text from files is HTML-escaped.
@@ -28,6 +29,8 @@ from posttrain.errors import PosttrainError
 from posttrain.telemetry.metrics import METRICS_FILE, read_metrics
 from posttrain.fsio import write_text_atomic
 from posttrain.telemetry.plots import grouped_bar_plot, line_plot, png_data_uri
+from posttrain.telemetry.report_alerts import render_alerts
+from posttrain.verifiers.monitors import ALERTS_FILE, read_alerts
 
 MAX_PLOTS = 12
 REPORT_FILE = "report.html"
@@ -46,6 +49,7 @@ class Stage:
     config: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     has_metrics: bool = False
+    alerts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +92,11 @@ def find_stages(run_dir: Path) -> list[Stage]:
                 stage.records = read_metrics(d / METRICS_FILE)
             except OSError:
                 stage.records = []
+        if ALERTS_FILE in files:
+            try:
+                stage.alerts = read_alerts(d)
+            except PosttrainError:
+                stage.alerts = []
         stages.append(stage)
     return sorted(stages, key=lambda s: _order_key(s.path.relative_to(run_dir)))
 
@@ -192,7 +201,7 @@ th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:right}th{background:
 td:first-child,th:first-child{text-align:left}tr:nth-child(even) td{background:#fafafa}
 pre{background:#f7f7f7;padding:.8rem;overflow:auto;font-size:.85rem}
 .plots{display:flex;flex-wrap:wrap;gap:.5rem}.plots img{max-width:540px;width:100%;border:1px solid #eee}
-.note{color:#a60}.pos{color:#070}.neg{color:#b00}summary{cursor:pointer;font-weight:600}
+.alerts td{text-align:left}.note{color:#a60}.pos{color:#070}.neg{color:#b00}summary{cursor:pointer;font-weight:600}
 """
 
 
@@ -214,7 +223,7 @@ def _img(png: bytes, alt: str) -> str:
 
 def render_stage(stage: Stage) -> str:
     kind = "Stage" if stage.has_metrics else "Config"
-    out = [f"<h2>{kind}: {_e(stage.name)}</h2>", f'<p class="meta">{_e(stage.path)}</p>']
+    out = [f"<h2>{kind}: {_e(stage.name)}</h2>", f'<p class="meta">{_e(stage.path)}</p>', render_alerts(stage.alerts)]
     if stage.config is not None:
         out.append(f"<details><summary>Resolved config</summary><pre>{_e(stage.config)}</pre></details>")
     if not stage.has_metrics:
