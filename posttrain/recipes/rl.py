@@ -46,6 +46,7 @@ from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_poin
 from posttrain.config import RLConfig, save_config
 from posttrain.errors import CheckpointError, TrainingError
 from posttrain.eval.harness import stop_ids
+from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import evaluate, domain_metrics
 from posttrain.recipes.rl_groups import ScoredGroup, StepContext, collect_groups
 from posttrain.recipes.sft import export_final, seed_everything
@@ -134,11 +135,13 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
 
     # 3. resume: every piece of state that crosses a step boundary
     step, bad_streak = 0, 0
+    auditor = Auditor(cfg, out_dir)
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt, model=policy, optimizer=optimizer, scheduler=scheduler)
         if state.get("reference") != ref_id:
             raise CheckpointError(f"{ckpt}: saved with reference model {state.get('reference')}, now {ref_id}")
         step, bad_streak = state["step"], state["bad_streak"]
+        auditor.load_state_dict(state["audit"])
         mixture.load_state_dict(state["mixture"])
         if buffer is not None:
             buffer = ReplayBuffer.load(ckpt / "replay")
@@ -152,7 +155,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
 
     def checkpoint() -> None:
         save_checkpoint(out_dir, step, model=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
-                        state={"mixture": mixture.state_dict(), "bad_streak": bad_streak, "reference": ref_id},
+                        state={"mixture": mixture.state_dict(), "bad_streak": bad_streak, "reference": ref_id,
+                               "audit": auditor.state_dict()},
                         config=cfg, keep_last=t.keep_last,
                         extra={"replay": buffer.save} if buffer is not None else None)
 
@@ -165,7 +169,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     started_run = time.perf_counter()
     with logger, progress_bar(t.steps - step, f"rl {step}->{t.steps}", enabled=cfg.logging.progress) as bar:
         if step == 0:
-            logger.log(0, held_out_eval())
+            first = held_out_eval()
+            auditor.held_out(0, first.get("pass@1", 0.0))
+            logger.log(0, first)
         while step < t.steps:
             started = time.perf_counter()
             index = step  # this step's 0-based index (step counts finished steps below)
@@ -175,7 +181,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                                          schedule=cfg.rollout.temperature.schedule)
             ctx.verifier_errors.clear()
             groups, metrics = collect_groups(ctx, step, temperature)
-            metrics.update(domain_metrics(groups, metrics.pop("all_groups")))
+            generated = metrics.pop("all_groups")
+            metrics.update(domain_metrics(groups, generated))
             if not groups:
                 skipped = {"skipped_updates": 1, "skip_reason": "no group with signal"}
             else:
@@ -192,7 +199,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             step += 1
             engine.update_weights(engine_state_dict(policy), step)
             ctx.version = step
+            audit, warnings = auditor.step(step, generated, metrics["pass_rate"])
             metrics.update(skipped)
+            metrics.update(audit)
             metrics.update({"time/sync": time.perf_counter() - t2, "temperature": temperature,
                             "lr": scheduler.get_last_lr()[0], "verifier_errors": len(ctx.verifier_errors),
                             "samples": sum(tr.reward is not None for g in groups for tr in g.trajectories),
@@ -207,6 +216,11 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             out_of_time = t.max_seconds is not None and time.perf_counter() - started_run > t.max_seconds
             if step % t.eval_every == 0 or step == t.steps or out_of_time:
                 metrics.update(held_out_eval())
+                auditor.held_out(step, metrics.get("pass@1", 0.0))
+            monitored, alerts = auditor.flush()
+            metrics.update(monitored)
+            for line in warnings + alerts:
+                console.print(f"[yellow]warning:[/] step {step}: {line}", highlight=False)
             metrics["time/step"] = time.perf_counter() - started
             metrics["threads"] = threads
             if tuner is not None:

@@ -59,7 +59,7 @@ def evaluate(engine, tokenizer, eval_sets: dict[str, list[Task]], stop_ids, max_
     correct: dict[str, list[float]] = defaultdict(list)
     for task, (traj,) in zip(tasks, trajs):
         scores, errors = run_verifiers(task, traj)
-        value = task_score(scores)
+        value = task_score(scores, task)
         correct[task.domain].append(float(not errors and value is not None and value >= CORRECT))
     out = {f"pass@1/{d}": _mean(v) for d, v in sorted(correct.items())}
     out["pass@1"] = _mean(list(out.values()))

@@ -21,8 +21,11 @@ so a step is reproducible without any saved generator state.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from posttrain.algos.shaping import format_reward, length_penalty, overlong_penalty
@@ -31,7 +34,7 @@ from posttrain.config import RewardConfig, RLConfig
 from posttrain.envs.single_turn import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
-from posttrain.types import Task, Trajectory
+from posttrain.types import Score, Task, Trajectory
 from posttrain.verifiers import run_verifiers, task_score
 
 
@@ -72,17 +75,40 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
     return reward
 
 
-def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int) -> ScoredGroup:
+def verify_all(ctx: StepContext, pairs: list[tuple[Task, Trajectory]]) -> list[tuple[list[Score], list[str]]]:
+    """run_verifiers on every (task, trajectory), `reward.verify_workers` at a time (sandboxed and
+    process-backed verifiers wait on other processes, so threads overlap them), in order."""
+    workers = ctx.cfg.reward.verify_workers or 2 * (os.cpu_count() or 1)
+    if workers == 1 or len(pairs) < 2:
+        return [run_verifiers(t, traj) for t, traj in pairs]
+    with ThreadPoolExecutor(min(workers, len(pairs))) as pool:
+        return list(pool.map(lambda p: run_verifiers(*p), pairs))
+
+
+def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int,
+                verdicts: list[tuple[list[Score], list[str]]]) -> ScoredGroup:
     raw: list[float | None] = []
     done: list[Trajectory] = []
-    for traj in trajs:
-        scores, errors = run_verifiers(task, traj)
+    for traj, (scores, errors) in zip(trajs, verdicts):
         ctx.verifier_errors.extend(f"{task.id}: {e}" for e in errors)
-        value = None if errors else task_score(scores)
+        value = None if errors else task_score(scores, task)
         reward = None if value is None else shaped_reward(value, traj, ctx.cfg.reward, ctx.cfg.rollout.max_tokens)
         raw.append(value)
         done.append(replace(traj, scores=tuple(scores), reward=reward))
     return ScoredGroup(task, done, raw, replayed)
+
+
+def violations(groups: list[ScoredGroup]) -> Counter:
+    """Counts of what verifiers reported as violations (`details["events"]`: sandbox limits,
+    early exits, touched tests, forged verdicts; `details["injection"]`: judge injections)."""
+    found: Counter = Counter()
+    for g in groups:
+        for traj in g.trajectories[g.replayed:]:
+            for s in traj.scores:
+                found.update(str(e).split(":")[0] for e in s.details.get("events", ()) or ())
+                if s.details.get("injection"):
+                    found["judge_injection"] += 1
+    return found
 
 
 def _seed(cfg: RLConfig, step: int, attempt: int) -> int:
@@ -113,8 +139,10 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> tuple[lis
         t0 = time.perf_counter()
         trajs = rollout(ctx.engine, ctx.tokenizer, tasks, counts, params, seeds, ctx.version)
         t1 = time.perf_counter()
-        groups = [score_group(ctx, t, g, 0) for t, g in zip(fresh, trajs)]
-        groups += [score_group(ctx, e.task, [e.trajectory] + g, 1) for e, g in zip(extra, trajs[len(fresh):])]
+        members = [(t, list(g), 0) for t, g in zip(fresh, trajs)]
+        members += [(e.task, [e.trajectory] + list(g), 1) for e, g in zip(extra, trajs[len(fresh):])]
+        verdicts = iter(verify_all(ctx, [(t, traj) for t, g, _ in members for traj in g]))
+        groups = [score_group(ctx, t, g, r, [next(verdicts) for _ in g]) for t, g, r in members]
         stats["time/rollout"] += t1 - t0
         stats["time/verify"] += time.perf_counter() - t1
         stats["rollout_attempts"] += 1
