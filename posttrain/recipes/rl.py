@@ -17,7 +17,8 @@ One step:
      sequence-level aggregation, KL and entropy terms, `updates_per_step` AdamW updates;
   6. sync the new weights to the engine (version = step);
   7. metrics (each phase timed as time/<phase>, per-domain reward, pass rate,
-     zero-variance fraction, length), held-out greedy pass@1 per domain every
+     zero-variance fraction, length; what recipes/rl_audit.py records about the verifiers:
+     rollout log, disagreement, reward-hacking alerts), held-out greedy pass@1 per domain every
      `eval_every` steps, and a checkpoint every `save_every` steps holding policy,
      optimizer, scheduler, replay buffer, mixture cursors, RNG states and the reference
      model's identity. Nothing else carries state across steps (sampling seeds derive
@@ -141,7 +142,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         if state.get("reference") != ref_id:
             raise CheckpointError(f"{ckpt}: saved with reference model {state.get('reference')}, now {ref_id}")
         step, bad_streak = state["step"], state["bad_streak"]
-        auditor.load_state_dict(state["audit"])
+        auditor.load_state_dict(state["audit"], step)
         mixture.load_state_dict(state["mixture"])
         if buffer is not None:
             buffer = ReplayBuffer.load(ckpt / "replay")

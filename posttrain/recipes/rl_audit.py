@@ -20,7 +20,7 @@ from posttrain.config import RLConfig
 from posttrain.fsio import atomic_file
 from posttrain.recipes.rl_groups import ScoredGroup, violations
 from posttrain.verifiers.ensemble import DisagreementTracker
-from posttrain.verifiers.monitors import RewardHackingMonitor, write_alerts
+from posttrain.verifiers.monitors import RewardHackingMonitor, note_resume, write_alerts
 
 
 def _jsonable(value: Any) -> Any:
@@ -86,5 +86,7 @@ class Auditor:
     def state_dict(self) -> dict:
         return {"monitor": self.monitor.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, step: int) -> None:
+        """Restore the monitor saved at `step`; alerts the lost run wrote after it stop counting."""
         self.monitor.load_state_dict(state["monitor"])
+        note_resume(self.out_dir, step)
