@@ -35,7 +35,7 @@ from posttrain.envs.single_turn import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
 from posttrain.types import Score, Task, Trajectory
-from posttrain.verifiers import run_verifiers, task_score
+from posttrain.verifiers import run_verifiers_many, task_score
 
 
 @dataclass
@@ -75,14 +75,14 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
     return reward
 
 
-def verify_all(ctx: StepContext, pairs: list[tuple[Task, Trajectory]]) -> list[tuple[list[Score], list[str]]]:
-    """run_verifiers on every (task, trajectory), `reward.verify_workers` at a time (sandboxed and
+def verify_all(ctx: StepContext, groups: list[tuple[Task, list[Trajectory]]]) -> list[list[tuple[list[Score], list[str]]]]:
+    """run_verifiers_many on every group, `reward.verify_workers` groups at a time (sandboxed and
     process-backed verifiers wait on other processes, so threads overlap them), in order."""
     workers = ctx.cfg.reward.verify_workers or 2 * (os.cpu_count() or 1)
-    if workers == 1 or len(pairs) < 2:
-        return [run_verifiers(t, traj) for t, traj in pairs]
-    with ThreadPoolExecutor(min(workers, len(pairs))) as pool:
-        return list(pool.map(lambda p: run_verifiers(*p), pairs))
+    if workers == 1 or len(groups) < 2:
+        return [run_verifiers_many(t, trajs) for t, trajs in groups]
+    with ThreadPoolExecutor(min(workers, len(groups))) as pool:
+        return list(pool.map(lambda g: run_verifiers_many(*g), groups))
 
 
 def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int,
@@ -141,8 +141,8 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> tuple[lis
         t1 = time.perf_counter()
         members = [(t, list(g), 0) for t, g in zip(fresh, trajs)]
         members += [(e.task, [e.trajectory] + list(g), 1) for e, g in zip(extra, trajs[len(fresh):])]
-        verdicts = iter(verify_all(ctx, [(t, traj) for t, g, _ in members for traj in g]))
-        groups = [score_group(ctx, t, g, r, [next(verdicts) for _ in g]) for t, g, r in members]
+        verdicts = verify_all(ctx, [(t, g) for t, g, _ in members])
+        groups = [score_group(ctx, t, g, r, v) for (t, g, r), v in zip(members, verdicts)]
         stats["time/rollout"] += t1 - t0
         stats["time/verify"] += time.perf_counter() - t1
         stats["rollout_attempts"] += 1

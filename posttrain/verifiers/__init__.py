@@ -1,5 +1,15 @@
 """Verifiers: plain functions `(task, trajectory) -> Score | None`, registered by name."""
 
-from posttrain.verifiers.registry import VERIFIERS, get_verifier, register, run_verifiers, task_score, verifier_options
+from posttrain.verifiers.registry import (
+    VERIFIERS,
+    get_verifier,
+    register,
+    run_verifiers,
+    run_verifiers_many,
+    task_score,
+    verifier_options,
+)
 
-__all__ = ["VERIFIERS", "get_verifier", "register", "run_verifiers", "task_score", "verifier_options"]
+__all__ = [
+    "VERIFIERS", "get_verifier", "register", "run_verifiers", "run_verifiers_many", "task_score", "verifier_options",
+]  # fmt: skip

@@ -186,19 +186,39 @@ def spec_for(reference: dict, completion: str, *, continuation: bool = False) ->
             "test": reference.get("test"), "tests": reference.get("tests"), "setup": reference.get("setup")}
 
 
-@register("code")
-def code(task: Task, traj: Trajectory) -> Score | None:
-    ref = task.reference
-    if not isinstance(ref, dict) or not any(ref.get(k) is not None for k in ("test", "tests", "io")):
-        return None
+def _options(task: Task) -> tuple[str, float, int]:
     opts = verifier_options(task, "code")
     mode = opts.get("score", "all")
     if mode not in ("all", "fraction"):
         raise ValueError(f"code verifier: option score must be 'all' or 'fraction', got {mode!r}")
-    res = run_tests(spec_for(ref, traj.text), timeout_s=float(opts.get("timeout", 3.0)),
-                    memory_mb=int(opts.get("memory_mb", 512)))
+    return mode, float(opts.get("timeout", 3.0)), int(opts.get("memory_mb", 512))
+
+
+def _score(res: CodeResult, mode: str) -> Score | None:
     if not res.judged:
         return None
     value = res.score if mode == "fraction" else float(res.passed)
     return Score(value, "code", {"passed": sum(res.results), "tests": len(res.results),
                                  "error": (res.error or "")[:200] or None, "events": list(res.events)})
+
+
+def _judgeable(task: Task) -> bool:
+    ref = task.reference
+    return isinstance(ref, dict) and any(ref.get(k) is not None for k in ("test", "tests", "io"))
+
+
+@register("code")
+def code(task: Task, traj: Trajectory) -> Score | None:
+    return code_many(task, [traj])[0]
+
+
+def code_many(task: Task, trajs: list[Trajectory]) -> list[Score | None]:
+    """Several completions of one task (a GRPO group) in one sandbox run."""
+    if not _judgeable(task):
+        return [None] * len(trajs)
+    mode, timeout, memory = _options(task)
+    results = run_batch([spec_for(task.reference, t.text) for t in trajs], timeout_s=timeout, memory_mb=memory)
+    return [_score(r, mode) for r in results]
+
+
+code.many = code_many  # type: ignore[attr-defined]  (run_verifiers_many batches a group through it)

@@ -50,30 +50,55 @@ def verifier_options(task: Task, name: str) -> dict:
     return opts
 
 
+def _check(name: str, score: object) -> str | None:
+    """Why `score` is not an acceptable verifier result (None: it is)."""
+    if not isinstance(score, Score):
+        return f"{name}: returned {type(score).__name__}, expected Score or None"
+    if not isinstance(score.value, numbers.Real):
+        return f"{name}: score {score.value!r} is not a number"
+    if not (0.0 <= score.value <= 1.0):
+        return f"{name}: score {score.value!r} outside [0, 1]"
+    return None
+
+
 def run_verifiers(task: Task, traj: Trajectory) -> tuple[list[Score], list[str]]:
     """Scores of every verifier `task` names, and the errors of those that raised (as 'name: message')."""
-    scores: list[Score] = []
-    errors: list[str] = []
+    return run_verifiers_many(task, [traj])[0]
+
+
+def run_verifiers_many(task: Task, trajs: list[Trajectory]) -> list[tuple[list[Score], list[str]]]:
+    """`run_verifiers` for several trajectories of one task. A verifier with a `many(task, trajs)`
+    attribute (e.g. `code`, which runs a group's programs in one sandbox run) judges them together."""
+    out: list[tuple[list[Score], list[str]]] = [([], []) for _ in trajs]
     for name in task.verifiers:
         fn = get_verifier(name)
+        many = getattr(fn, "many", None)
         try:
-            score = fn(task, traj)
+            results = list(many(task, trajs)) if many is not None else None
+            if results is not None and len(results) != len(trajs):
+                raise ValueError(f"returned {len(results)} scores for {len(trajs)} trajectories")
         except Exception as e:  # a broken verifier must not stop the run
-            errors.append(f"{name}: {type(e).__name__}: {e}")
+            for _, errors in out:
+                errors.append(f"{name}: {type(e).__name__}: {e}")
             continue
-        if score is None:
-            continue
-        if not isinstance(score, Score):
-            errors.append(f"{name}: returned {type(score).__name__}, expected Score or None")
-            continue
-        if not isinstance(score.value, numbers.Real):
-            errors.append(f"{name}: score {score.value!r} is not a number")
-            continue
-        if not (0.0 <= score.value <= 1.0):
-            errors.append(f"{name}: score {score.value!r} outside [0, 1]")
-            continue
-        scores.append(score)
-    return scores, errors
+        for i, traj in enumerate(trajs):
+            scores, errors = out[i]
+            if results is not None:
+                score = results[i]
+            else:
+                try:
+                    score = fn(task, traj)
+                except Exception as e:  # a broken verifier must not stop the run
+                    errors.append(f"{name}: {type(e).__name__}: {e}")
+                    continue
+            if score is None:
+                continue
+            problem = _check(name, score)
+            if problem:
+                errors.append(problem)
+            else:
+                scores.append(score)
+    return out
 
 
 def task_score(scores: list[Score], task: Task | None = None) -> float | None:

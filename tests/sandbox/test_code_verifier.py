@@ -208,3 +208,20 @@ def test_the_code_verifier_scores_a_chat_completion(sandbox, monkeypatch):
     assert score.value == pytest.approx(1 / 3) and score.details["tests"] == 3
     task_all = Task(id="c/1", domain="c", prompt=task.prompt, reference=ADD, verifiers=("code",))
     assert code(task_all, traj).value == 0.0
+
+
+def test_a_group_is_verified_in_one_sandbox_run_with_the_same_scores(sandbox, monkeypatch):
+    import posttrain.verifiers.code as code_mod
+    from posttrain.verifiers import run_verifiers, run_verifiers_many
+
+    monkeypatch.setattr(code_mod, "_sandbox", sandbox)
+    runs = []
+    real = sandbox.run
+    monkeypatch.setattr(sandbox, "run", lambda req: runs.append(1) or real(req))
+    task = Task(id="c/2", domain="c", prompt=({"role": "user", "content": "add"},), reference=ADD, verifiers=("code",))
+    texts = ["```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a - b\n", "no code here"]
+    trajs = [Trajectory(task_id="c/2", token_ids=[1], loss_mask=[0], logprobs=[0.0], prompt_len=1, text=t) for t in texts]
+    together = run_verifiers_many(task, trajs)
+    assert len(runs) == 1
+    assert [[s.value for s in scores] for scores, _ in together] == [[1.0], [0.0], [0.0]]
+    assert [[s.value for s in run_verifiers(task, t)[0]] for t in trajs] == [[1.0], [0.0], [0.0]]

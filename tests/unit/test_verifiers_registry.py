@@ -181,3 +181,24 @@ def test_reasoning_gym_verifier_on_real_tasks(domain):
     assert errors == [] and scores[0].value == 0.0
     scores, _ = run_verifiers(t, traj("I have no idea"))
     assert scores[0].value == 0.0
+
+
+def test_run_verifiers_many_uses_a_verifiers_group_form_and_isolates_its_failures():
+    from posttrain.verifiers import run_verifiers_many
+    from posttrain.types import Trajectory
+
+    seen = []
+
+    def one(task, traj):
+        return Score(1.0, "grp")
+
+    one.many = lambda task, trajs: seen.append(len(trajs)) or [Score(0.5, "grp") for _ in trajs]
+    VERIFIERS["grp_test"] = one
+    VERIFIERS["grp_short"] = lambda task, traj: None
+    VERIFIERS["grp_short"].many = lambda task, trajs: [Score(1.0, "grp_short")]  # too few: an error for each
+    trajs = [Trajectory(task_id="t", token_ids=[1], loss_mask=[0], logprobs=[0.0], prompt_len=1, text=str(i))
+             for i in range(3)]
+    got = run_verifiers_many(task("x", verifiers=("grp_test", "grp_short")), trajs)
+    assert seen == [3]
+    assert [[s.value for s in scores] for scores, _ in got] == [[0.5]] * 3
+    assert all(len(errors) == 1 and "grp_short" in errors[0] and "1 scores for 3" in errors[0] for _, errors in got)
