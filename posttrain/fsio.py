@@ -1,8 +1,10 @@
-"""Writes that never leave a half-written file or directory where a reader would take it.
+"""Writes that never leave a half-written file or directory where a reader would take it,
+and the one JSONL reader whose errors name the file and line.
 
     write_text_atomic(path, text)   # temp file beside it, then os.replace
     with atomic_file(path, "wb") as f: ...   # the same for any writer
     replace_dir(built, dst)         # a fully built directory takes dst's place
+    for where, record in read_jsonl(path, required=("task_id",)): ...   # where = "file:line"
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
+
+from posttrain.errors import DataError
 
 
 @contextmanager
@@ -46,3 +50,33 @@ def replace_dir(built: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
     os.replace(built, dst)
+
+
+def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Iterator[tuple[str, dict]]:
+    """(`file:line`, object) for each non-blank line of a JSONL file (`.gz` read as gzip); each
+    `required` key must hold a string. Anything else is a DataError naming the file and line."""
+    import gzip
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: file not found")
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{p}:{lineno}"
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            for key in required:
+                if not isinstance(record.get(key), str):
+                    what = "missing" if key not in record else f"a {type(record[key]).__name__}, not a string"
+                    raise DataError(f"{where}: {key!r} is {what}")
+            yield where, record

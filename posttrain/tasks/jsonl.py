@@ -11,10 +11,10 @@ registered verifiers (default: `exact`). Optional: `id` (default `DOMAIN/LINE`),
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from posttrain.errors import ConfigError, DataError
+from posttrain.fsio import read_jsonl
 from posttrain.types import Limits, Task
 
 DEFAULT_VERIFIER = "exact"
@@ -79,24 +79,12 @@ def load_tasks(path: str | Path, domain: str) -> list[Task]:
         raise DataError(f"{p}: task file not found")
     tasks: list[Task] = []
     seen: set[str] = set()
-    with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{p}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-            task = parse_task(record, domain, where, default_id=f"{domain}/{lineno}")
-            if task.id in seen:
-                raise DataError(f"{where}: duplicate task id {task.id!r}")
-            seen.add(task.id)
-            tasks.append(task)
+    for where, record in read_jsonl(p):
+        task = parse_task(record, domain, where, default_id=f"{domain}/{where.rsplit(':', 1)[1]}")
+        if task.id in seen:
+            raise DataError(f"{where}: duplicate task id {task.id!r}")
+        seen.add(task.id)
+        tasks.append(task)
     if not tasks:
         raise DataError(f"{p}: no tasks (the file is empty)")
     return tasks

@@ -12,45 +12,17 @@ line of either file is a DataError naming the file and line; nothing is written 
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Iterator
 
 from posttrain.errors import DataError
-from posttrain.fsio import atomic_file
+from posttrain.fsio import atomic_file, read_jsonl
 from posttrain.sandbox import Sandbox
 from posttrain.verifiers.code import CodeResult, get_sandbox, run_batch, spec_for
 
 TASK_KEYS = ("task_id", "prompt", "entry_point", "test")
 COMPLETION_KEYS = ("task_id", "completion")
-
-
-def read_records(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
-    """(`file:line`, record) for each non-blank line; each `required` key must be a string."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: file not found")
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{p}:{lineno}"
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for key in required:
-                if not isinstance(record.get(key), str):
-                    raise DataError(f"{where}: missing or non-string {key!r}")
-            yield where, record
 
 
 def _result_line(task_id: str, completion_id: int, res: CodeResult) -> dict:
@@ -69,13 +41,13 @@ def verify_code_files(tasks_path, completions_path, out_path, *, sandbox: Sandbo
     """Verify every completion (`batch` per sandbox run, `workers` runs in flight); write
     `out_path` (JSONL, input order) atomically; return a summary."""
     tasks: dict[str, dict] = {}
-    for where, rec in read_records(tasks_path, TASK_KEYS):
+    for where, rec in read_jsonl(tasks_path, TASK_KEYS):
         if rec["task_id"] in tasks:
             raise DataError(f"{where}: duplicate task_id {rec['task_id']!r}")
         tasks[rec["task_id"]] = rec
     jobs: list[tuple[str, int, dict]] = []
     counts: dict[str, int] = {}
-    for where, rec in read_records(completions_path, COMPLETION_KEYS):
+    for where, rec in read_jsonl(completions_path, COMPLETION_KEYS):
         task = tasks.get(rec["task_id"])
         if task is None:
             raise DataError(f"{where}: task_id {rec['task_id']!r} is not in {tasks_path}")

@@ -47,8 +47,7 @@ if __name__ == _WORKER_MODULE:  # loaded alone in a worker process (see _serve):
     def register(name):
         return lambda fn: fn
 else:
-    from posttrain.errors import DataError
-    from posttrain.fsio import atomic_file
+    from posttrain.fsio import atomic_file, read_jsonl
     from posttrain.types import Score, Task, Trajectory
     from posttrain.verifiers.registry import register, verifier_options
 
@@ -508,34 +507,11 @@ def math_verifier(task: Task, traj: Trajectory) -> Score | None:
     return Score(float(ok), "math", {**details, "error": err[:200]} if err else details)
 
 
-def _read_pairs(path: str) -> list[dict]:
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{n}: not JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-                for key in ("gold", "answer"):
-                    if not isinstance(row.get(key), str):
-                        what = "missing" if key not in row else f"a {type(row[key]).__name__}, not a string"
-                        raise DataError(f"{path}:{n}: {key!r} is {what}")
-                rows.append(row)
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read pairs ({e})") from None
-    return rows
-
-
 def verify_pairs(pairs_path, out_path, *, timeout_s: float = 5.0, rel_tol: float = 1e-6) -> dict:
     """Judge each JSONL line {"gold", "answer", ...}; write it with "correct" added to `out_path`
     (atomically; nothing is written when a line is bad). Returns {"n", "correct", "accuracy",
     "errors"} (errors: pairs that timed out or whose worker failed; they count as not correct)."""
-    rows = _read_pairs(str(pairs_path))
+    rows = [row for _, row in read_jsonl(pairs_path, required=("gold", "answer"))]
     with ThreadPoolExecutor(max_workers=_pool().size) as ex:  # one thread per worker: no queueing
         results = list(ex.map(lambda r: _equal(r["gold"], r["answer"], timeout_s, rel_tol), rows))
     with atomic_file(out_path, "w") as f:

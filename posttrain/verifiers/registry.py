@@ -116,5 +116,5 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 
 
 def _load_builtins() -> None:
-    # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length
-    from posttrain.verifiers import basic, code, format  # noqa: F401
+    # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length; math
+    from posttrain.verifiers import basic, code, format, math  # noqa: F401

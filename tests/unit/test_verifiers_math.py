@@ -241,7 +241,7 @@ def test_verify_pairs_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("bad,message", [
-    ("not json", "not JSON"), ([1, 2], "expected a JSON object"), ({"answer": "1"}, "'gold' is missing"),
+    ("not json", "not valid JSON"), ([1, 2], "expected a JSON object"), ({"answer": "1"}, "'gold' is missing"),
     ({"gold": "1", "answer": 1}, "'answer' is a int, not a string"),
 ])
 def test_verify_pairs_bad_line_names_file_and_line(tmp_path, bad, message):
