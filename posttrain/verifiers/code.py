@@ -171,6 +171,14 @@ def extract_code(text: str) -> str:
     return blocks[-1][1] if blocks else text
 
 
+def _compiles(src: str) -> bool:
+    try:
+        compile(src, "<program>", "exec", dont_inherit=True)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
 def spec_for(reference: dict, completion: str, *, continuation: bool = False) -> dict:
     """The sandbox spec for a completion of a task. `continuation`: the completion continues
     the prompt (HumanEval files); otherwise the program is taken from the completion's text."""
@@ -180,8 +188,11 @@ def spec_for(reference: dict, completion: str, *, continuation: bool = False) ->
     prompt, entry = reference.get("prompt") or "", reference.get("entry_point")
     if continuation or (entry and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE)):
         program = prompt + code
-    else:
+    else:  # a whole function: after the prompt when the prompt is complete code, else after its imports
         program = prompt + "\n\n" + code
+        if not _compiles(program):
+            imports = [line for line in prompt.splitlines() if re.match(r"(import|from)\s", line)]
+            program = "\n".join(imports + [code])
     return {"mode": "function", "program": program, "prompt": prompt, "entry_point": entry,
             "test": reference.get("test"), "tests": reference.get("tests"), "setup": reference.get("setup")}
 

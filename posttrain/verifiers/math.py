@@ -19,8 +19,8 @@ right after another number and a separator ("2 or 3"); a parsed set/tuple/interv
 elements. Answers over MAX_ANSWER_CHARS never match.
 
 Timeouts: math-verify's use SIGALRM (main thread only), so sympy runs in a persistent pool of
-worker processes (this file loaded alone: no torch; min(4, CPUs), env POSTTRAIN_MATH_WORKERS),
-each with its own SIGALRM timer and a 3 GiB memory cap; the caller waits on a pipe until its
+worker processes (math_worker.py, which holds the sympy side, loaded alone: no torch; min(4, CPUs),
+env POSTTRAIN_MATH_WORKERS), each with its own SIGALRM timer and a 3 GiB memory cap; the caller waits on a pipe until its
 deadline, then kills and replaces the worker (C-level work ignores signals). Waiting for a busy
 worker counts against the deadline (run at most as many verifying threads as workers); booting the
 pool on first use does not. Identical strings and plain numbers are decided in the caller.
@@ -42,18 +42,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
-_WORKER_MODULE = "_posttrain_math_worker"
-if __name__ == _WORKER_MODULE:  # loaded alone in a worker process (see _serve): no torch, no registry
-    def register(name):
-        return lambda fn: fn
-else:
-    from posttrain.fsio import atomic_file, read_jsonl
-    from posttrain.types import Score, Task, Trajectory
-    from posttrain.verifiers.registry import register, verifier_options
+from posttrain.fsio import atomic_file, read_jsonl
+from posttrain.types import Score, Task, Trajectory
+from posttrain.verifiers import math_worker
+from posttrain.verifiers.registry import register, verifier_options
 
 MAX_ANSWER_CHARS = 4000
 _BOOT_S = 60.0  # how long the first call waits for the pool to start (not counted in timeout_s)
-_MEM_BYTES = 3 << 30
 
 # ---------------------------------------------------------------- extraction (caller side)
 
@@ -116,7 +111,6 @@ _HEDGE_WORD = re.compile(r"(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\(?:lor|vee|la
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _PLAIN = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,3})?")
 _FRAC = re.compile(r"([-+]?)(?:(\d+)/(\d+)|\\frac\{(\d+)\}\{(\d+)\})")
-_E_NOTATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d+)(?![\w.])")
 
 
 def _clean(s: str) -> str:
@@ -174,159 +168,17 @@ def _fast_equal(gold: str, answer: str, rel_tol: float) -> bool | None:
     return abs(g[0] - a[0]) <= Fraction(rel_tol) * max(abs(g[0]), abs(a[0]))
 
 
-# ---------------------------------------------------------------- sympy-level checks (worker side)
-
-
-def _sympy_equal(gold: str, answer: str, rel_tol: float) -> bool:
-    import sympy as sp
-    from math_verify import parse, verify
-
-    pg, pa = (parse("$" + _E_NOTATION.sub(r"\1\\times 10^{\2}", s) + "$", parsing_timeout=None) for s in (gold, answer))
-    if not pg or not pa:
-        return False
-    g = next((x for x in pg if not isinstance(x, str)), None)
-    a = next((x for x in pa if not isinstance(x, str)), None)
-    if g is not None and a is not None:
-        if isinstance(g, sp.Eq) and isinstance(a, sp.Eq) and g.lhs == a.lhs and g.lhs.is_Symbol:
-            g, a = g.rhs, a.rhs  # x = u vs x = v: judge u vs v
-        elif isinstance(a, sp.Eq) and not isinstance(g, sp.core.relational.Relational):
-            a = a.rhs  # x = v vs v
-        elif isinstance(g, sp.Eq) and not isinstance(a, sp.core.relational.Relational):
-            g = g.rhs
-        judged = _judge(g, a, rel_tol)
-        if judged is not None:
-            return judged
-    if not verify(pg, pa, timeout_seconds=None):  # gold first: its argument order matters
-        return False
-    return g is None or a is None or _spot_check(g, a, rel_tol)
-
-
-def _is_num(x) -> bool:
-    import sympy as sp
-
-    return isinstance(x, sp.Expr) and not isinstance(x, sp.MatrixExpr) and bool(x.is_number)
-
-
-def _any_all(results: list, need_all: bool) -> bool | None:
-    """all() (or any()) over True/False/None results, None when the unknowns decide."""
-    decisive, other = (False, True) if need_all else (True, False)
-    return decisive if decisive in results else (None if None in results else other)
-
-
-def _judge(g, a, tol: float) -> bool | None:
-    """Our decision on numbers, sets, tuples and intervals; None defers to math-verify."""
-    import sympy as sp
-
-    if _is_num(g) and _is_num(a):
-        pct = [[x.doit(), x.args[0]] if isinstance(x, sp.Mul) and len(x.args) == 2
-               and x.args[1] == sp.UnevaluatedExpr(sp.Rational(1, 100)) else [x.doit()] for x in (g, a)]
-        return _any_all([_num_equal(u, v, tol) for u in pct[0] for v in pct[1]], need_all=False)
-    if _is_num(g) and isinstance(a, (sp.FiniteSet, sp.Tuple, sp.Interval, sp.Union)):
-        return _judge(g, a.args[0], tol) if isinstance(a, sp.FiniteSet) and len(a) == 1 else False
-    if isinstance(g, sp.Interval) and isinstance(a, sp.Interval):
-        if (g.left_open, g.right_open) != (a.left_open, a.right_open):
-            return False
-        return _any_all([_judge(g.start, a.start, tol), _judge(g.end, a.end, tol)], need_all=True)
-    if isinstance(g, sp.Tuple) and isinstance(a, sp.Tuple):
-        return len(g) == len(a) and _any_all([_judge(x, y, tol) for x, y in zip(g, a)], need_all=True)
-    if isinstance(g, (sp.FiniteSet, sp.Union)) and type(g) is type(a):
-        left = list(a.args)
-        if len(left) != len(g.args):
-            return False
-        for x in g.args:  # greedy matching: equality here is exact or within a tight tolerance
-            found = [_judge(x, y, tol) for y in left]
-            if True not in found:
-                return None if None in found else False
-            left.pop(found.index(True))
-        return True
-    return None
-
-
-def _num_equal(x, y, tol: float) -> bool | None:
-    """Numbers: exact unless a float is involved (then relative tolerance); None when unknowable."""
-    import sympy as sp
-
-    if x.has(sp.nan) or y.has(sp.nan):
-        return False
-    if x.is_infinite or y.is_infinite or x.has(sp.zoo) or y.has(sp.zoo) or (x.is_Rational and y.is_Rational):
-        return x == y
-    try:
-        d, s = abs(sp.N(x - y, 60)), max(abs(sp.N(x, 30)), abs(sp.N(y, 30)))
-        if x.has(sp.Float) or y.has(sp.Float):
-            return bool(d <= tol * s)
-        return bool(d == 0 or d <= sp.Float("1e-40", 60) * s)
-    except TypeError:  # truth value unknown (e.g. not real)
-        return None
-
-
-def _spot_check(g, a, tol: float) -> bool:
-    """False when expressions g and a (same free symbols) differ at one of three rational points."""
-    import sympy as sp
-
-    if not (isinstance(g, sp.Expr) and isinstance(a, sp.Expr)) or g.free_symbols != a.free_symbols:
-        return True
-    syms = sorted(g.free_symbols, key=str)
-    for k in range(3):
-        point = {s: sp.Rational(3 + 4 * k + 2 * i, 7 + 2 * i) for i, s in enumerate(syms)}
-        try:
-            gv, av = g.subs(point), a.subs(point)
-            if _is_num(gv) and _is_num(av) and _judge(gv, av, tol) is False:
-                return False
-        except Exception:
-            continue
-    return True
-
-
-def _serve() -> None:
-    """A worker process's main loop: a JSON line [gold, answer, rel_tol, seconds] in, [ok, error] out."""
-    import logging
-    import resource
-    import signal
-
-    from math_verify.errors import TimeoutException  # a BaseException: math-verify's handlers let it pass
-
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    resource.setrlimit(resource.RLIMIT_AS, (_MEM_BYTES if hard < 0 else min(_MEM_BYTES, hard), hard))
-    logging.disable(logging.CRITICAL)
-    armed = [False]
-
-    def on_alarm(*_):
-        if armed[0]:
-            raise TimeoutException
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    _sympy_equal("1", "x", 1e-6)  # import sympy, math-verify and its parsers before saying "ready"
-    out = sys.stdout.buffer
-    out.write(b"ready\n")
-    out.flush()
-    for line in sys.stdin.buffer:  # ends when the caller closes the pipe (or exits)
-        ok, err = False, None
-        try:
-            try:
-                gold, answer, tol, seconds = json.loads(line)
-                armed[0] = True
-                signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), 0.05)  # repeats if swallowed
-                ok = bool(_sympy_equal(gold, answer, tol))
-            finally:
-                armed[0] = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        except TimeoutException:
-            err = "timeout"
-        except BaseException as e:  # MemoryError, RecursionError, sympy's own errors
-            err = type(e).__name__
-        out.write(json.dumps([ok, err]).encode() + b"\n")
-        out.flush()
-
-
 # ---------------------------------------------------------------- worker pool (caller side)
 
+_WORKER_MODULE = "_posttrain_math_worker"  # math_worker.py loaded alone by file path: no torch, no registry
+_WORKER_FILE = os.path.abspath(math_worker.__file__)
 _BOOT = ("import importlib.util as u,sys;s=u.spec_from_file_location(%r,sys.argv[1]);"
          "m=u.module_from_spec(s);s.loader.exec_module(m);m._serve()") % _WORKER_MODULE
 
 
 class _Worker:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, os.path.abspath(__file__)], cwd="/",
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, _WORKER_FILE], cwd="/",
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         self.buf, self.ready, self.poller = b"", False, select.poll()

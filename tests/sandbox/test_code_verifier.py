@@ -225,3 +225,10 @@ def test_a_group_is_verified_in_one_sandbox_run_with_the_same_scores(sandbox, mo
     assert len(runs) == 1
     assert [[s.value for s in scores] for scores, _ in together] == [[1.0], [0.0], [0.0]]
     assert [[s.value for s in run_verifiers(task, t)[0]] for t in trajs] == [[1.0], [0.0], [0.0]]
+
+
+def test_a_whole_function_answer_to_a_header_only_prompt_keeps_the_prompts_imports(sandbox):
+    ref = {"prompt": "from typing import List\n\ndef total(xs: List[int]) -> int:\n", "entry_point": "total",
+           "test": "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n"}
+    answer = "Sure:\n```python\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n```"
+    assert run_tests(spec_for(ref, answer), sandbox=sandbox).passed
