@@ -30,6 +30,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # nucleus mass kept, in (0, 1]
     top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability (0 = off)
     max_tokens: int = 128  # new tokens at most, >= 1
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings (checked on the decoded completion)
@@ -40,6 +41,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
         if self.top_k < 0:
             raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_tokens < 1:
@@ -57,6 +60,17 @@ class Completion:
     finish_reason: str  # "stop" | "length"
 
 
+@dataclass
+class StepOutput:
+    """What one `step()` of a continuously batching engine produced for one request."""
+
+    request_id: int
+    token_ids: list[int]  # new tokens this step (usually 1; more when speculative drafts are accepted)
+    logprobs: list[float]
+    finished: bool
+    finish_reason: str | None = None  # "stop" | "length" | "abort" once finished
+
+
 @runtime_checkable
 class Engine(Protocol):
     version: int  # policy version of the weights in use
@@ -66,15 +80,30 @@ class Engine(Protocol):
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None: ...
 
 
+@runtime_checkable
+class SteppingEngine(Engine, Protocol):
+    """An engine that batches continuously: requests join between steps, finished ones leave."""
+
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> int: ...  # thread-safe
+
+    def abort(self, request_id: int) -> None: ...  # thread-safe
+
+    def step(self) -> list[StepOutput]: ...  # one scheduler iteration, from one thread
+
+    def has_unfinished(self) -> bool: ...
+
+
 def sample_next(
-    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
+    min_p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One next token per row, and its logprob log_softmax(logits / T)[token] (T = 0 -> T = 1).
 
     logits [B, V]; temperature [B] (0 = greedy: argmax of the logits); top_k [B] long (0 = off);
-    top_p [B]; uniforms [B] float64 in [0, 1), one draw per row from that request's own generator.
-    Sampled rows: top-k, then top-p on the renormalised top-k distribution (the smallest
-    most-probable prefix whose mass reaches top_p; the first token always stays), then inverse-CDF
+    top_p [B]; uniforms [B] float64 in [0, 1), one draw per row from that request's own generator;
+    min_p [B] or None. Sampled rows: top-k, then top-p on the renormalised top-k distribution (the
+    smallest most-probable prefix whose mass reaches top_p; the first token always stays), then
+    min-p (tokens under min_p x the top token's probability dropped), then inverse-CDF
     sampling with the row's uniform, so a row's token depends on its logits and its uniform only.
     """
     logits = logits.float()
@@ -86,6 +115,7 @@ def sample_next(
     if rows.numel():
         probs = logp[rows].double().exp()
         k, p = top_k[rows], top_p[rows].double()
+        mp = min_p[rows].double() if min_p is not None else torch.zeros_like(p)
         order = None
         if bool((k > 0).any()) or bool((p < 1).any()):
             probs, order = probs.sort(dim=-1, descending=True, stable=True)
@@ -93,6 +123,8 @@ def sample_next(
             probs = probs * ((k[:, None] == 0) | (ranks[None, :] < k[:, None]))
             mass_before = probs.cumsum(dim=-1) - probs
             probs = probs * (mass_before < p[:, None] * probs.sum(dim=-1, keepdim=True))
+        if bool((mp > 0).any()):
+            probs = probs * (probs >= mp[:, None] * probs.max(dim=-1, keepdim=True).values)
         cdf = probs.cumsum(dim=-1)
         x = uniforms[rows].to(cdf)[:, None] * cdf[:, -1:]
         idx = torch.searchsorted(cdf, x, right=True)

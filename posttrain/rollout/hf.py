@@ -171,6 +171,7 @@ class HFEngine:
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=dev)
         top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=dev)
         top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev)
+        min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32, device=dev)
         generators = [
             torch.Generator().manual_seed(seed % 2**64) if p.temperature > 0 else None for p, seed in zip(params, seeds)
         ]
@@ -192,7 +193,7 @@ class HFEngine:
                 for r in rows
             ]
             uniforms = torch.tensor(draws, dtype=torch.float64, device=dev)
-            new, new_logprobs = sample_next(logits, temperature, top_k, top_p, uniforms)
+            new, new_logprobs = sample_next(logits, temperature, top_k, top_p, uniforms, min_p)
             for r, tok, lp in zip(rows, new.tolist(), new_logprobs.tolist()):
                 if finish[r] is not None:
                     continue
@@ -213,7 +214,7 @@ class HFEngine:
                 keep = torch.tensor(keep_rows, dtype=torch.long, device=dev)
                 cache.batch_select_indices(keep)
                 mask, new, next_position = mask[keep], new[keep], next_position[keep]
-                temperature, top_k, top_p = temperature[keep], top_k[keep], top_p[keep]
+                temperature, top_k, top_p, min_p = temperature[keep], top_k[keep], top_p[keep], min_p[keep]
                 rows = [rows[j] for j in keep_rows]
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             logits = self._forward(new[:, None], mask, next_position[:, None], cache)

@@ -216,6 +216,10 @@ def test_sample_next_by_hand():
     assert torch.allclose(lp, probs[0].log()[tok])  # logprobs before truncation
     assert run([0.0, 0.5, 0.6, 0.9], top_p=0.5)[0] == [3, 3, 2, 2]  # 0.4 < 0.5, so 0.3 joins; 0.2 does not
     assert run([0.0, 0.5, 0.9, 0.999], top_p=0.35)[0] == [3, 3, 3, 3]  # 0.4 alone reaches 0.35
+    # min-p 0.6 keeps tokens with p >= 0.6 x 0.4 = 0.24: {2: 0.3, 3: 0.4}, sampled in index order
+    tok, _ = sample_next(logits, ones, torch.zeros(4, dtype=torch.long), ones, torch.tensor([0.0, 0.42, 0.43, 0.99]).double(),
+                         min_p=torch.full((4,), 0.6))
+    assert tok.tolist() == [2, 2, 3, 3]  # cdf over the kept mass [0.3, 0.7] / 0.7: 3/7 = 0.4286
     zero_k = torch.zeros(1, dtype=torch.long)
     tok, lp = sample_next(logits[:1] * 3, torch.zeros(1), zero_k, ones[:1], torch.zeros(1).double())
     assert tok.tolist() == [3] and torch.allclose(lp, torch.log_softmax(logits[0] * 3, -1)[3:])  # greedy: T=1
