@@ -19,11 +19,12 @@ right after another number and a separator ("2 or 3"); a parsed set/tuple/interv
 elements. Answers over MAX_ANSWER_CHARS never match.
 
 Timeouts: math-verify's use SIGALRM (main thread only), so sympy runs in a persistent pool of
-worker processes (math_worker.py, which holds the sympy side, loaded alone: no torch; min(4, CPUs),
-env POSTTRAIN_MATH_WORKERS), each with its own SIGALRM timer and a 3 GiB memory cap; the caller waits on a pipe until its
-deadline, then kills and replaces the worker (C-level work ignores signals). Waiting for a busy
-worker counts against the deadline (run at most as many verifying threads as workers); booting the
-pool on first use does not. Identical strings and plain numbers are decided in the caller.
+worker processes (math_worker.py, which holds the sympy side, loaded alone: no torch; min(4,
+CPUs), env POSTTRAIN_MATH_WORKERS), each with its own SIGALRM timer and a 3 GiB memory cap; the
+caller waits on a pipe until its deadline, then kills and replaces the worker (C-level work
+ignores signals). Waiting for a busy worker counts against the deadline (run at most as many
+verifying threads as workers); booting the pool on first use does not. Identical strings and
+plain numbers are decided in the caller.
 
 Verifier options (`verifier_options(task, "math")`): `rel_tol` (default 1e-6), `timeout_s` (5.0).
 """
