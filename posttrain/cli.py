@@ -5,6 +5,7 @@ and calls one recipe; heavy imports happen inside the commands so `--help` is in
     posttrain sft configs/x.yaml train.lr=1e-4 model.path=/models/m
     posttrain eval --model runs/sft/final --tasks basic_arithmetic,chain_sum --samples 4
     posttrain verify code --tasks T.jsonl --completions C.jsonl --out R.jsonl
+    posttrain serve --model runs/quickstart/rl/final --port 8000
 """
 
 from __future__ import annotations
@@ -148,6 +149,19 @@ def report(run_dir: str = typer.Argument(..., help="A run directory (one stage o
 
     path = write_report(run_dir)
     err.print(f"[bold green]report[/]: {path}")
+
+
+@app.command()
+def serve(
+    model: str = typer.Option(..., "--model", help="Model directory (HF layout)."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    engine: str = typer.Option("paged", "--engine", help="Rollout engine: paged (built-in) or hf (reference)."),
+) -> None:
+    """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
+    from posttrain.rollout.server import serve as run_server
+
+    run_server(model, host=host, port=port, engine=engine)
 
 
 @tasks_app.command("list")

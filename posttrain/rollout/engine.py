@@ -146,5 +146,21 @@ def _hf_engine(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Eng
     return HFEngine(model_or_path, tokenizer=tokenizer, **options)
 
 
+def _from_module(module: str) -> Callable[..., Engine]:
+    """A factory that imports `module` on first use and calls its `make_engine`."""
+
+    def factory(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
+        import importlib
+
+        return importlib.import_module(module).make_engine(model_or_path, tokenizer, **options)
+
+    return factory
+
+
 # name -> factory(model_or_path, tokenizer, **options) -> Engine
-ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf_engine}
+ENGINES: dict[str, Callable[..., Engine]] = {
+    "hf": _hf_engine,
+    "paged": _from_module("posttrain.rollout.paged.engine"),  # the built-in engine
+    "remote": _from_module("posttrain.rollout.remote"),  # any OpenAI-compatible endpoint
+    "vllm": _from_module("posttrain.rollout.vllm"),  # optional extra, GPUs
+}
