@@ -1,0 +1,399 @@
+"""An OpenAI-compatible HTTP server over any rollout `Engine`: `build_app` and `serve`.
+
+    GET  /v1/models, /v1/models/{id}, /health
+    POST /v1/completions        prompt: a string, a list of token ids, or a list of either
+    POST /v1/chat/completions   messages through the tokenizer's chat template (add_generation_prompt)
+    POST /update_weights_from_disk  {"model_path": dir, "version": N} (SGLang's endpoint; only with
+                                    enable_weight_updates: loads every *.safetensors in dir)
+
+Fields, extensions and the logprobs caveat are listed in `server_api`. Bad requests get OpenAI
+error bodies (400; unknown model 404) and the server keeps serving.
+
+One thread owns the engine (`EngineRunner`). A `SteppingEngine` gets every request as it arrives
+(`add_request`) and is stepped while any is unfinished, each step's tokens going straight to the
+request's asyncio queue (continuous batching; a stop string found here or a client that goes away
+aborts the request). A plain `Engine` gets what was queued within `batch_window_s` of the first
+request as one `generate` call; each request's tokens then arrive at once, and a request whose
+client left before its batch started is dropped. A failing batch is rerun request by request, so
+only the request that breaks the engine fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from posttrain.rollout import server_api as api
+from posttrain.rollout.engine import Engine, SamplingParams, StepOutput, SteppingEngine
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[StepOutput | BaseException], None]  # called on the engine thread
+
+
+class _Request:
+    __slots__ = ("prompt", "params", "sink", "cancelled", "engine_id")
+
+    def __init__(self, prompt: list[int], params: SamplingParams, sink: Sink):
+        self.prompt, self.params, self.sink = prompt, params, sink
+        self.cancelled = False
+        self.engine_id: int | None = None
+
+
+class EngineRunner:
+    """The one thread that calls the engine. `submit` and `cancel` are safe from any thread."""
+
+    def __init__(self, engine: Engine, *, batch_window_s: float = 0.005):
+        self.engine = engine
+        self.stepping = isinstance(engine, SteppingEngine)
+        self.batch_window_s = batch_window_s
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="posttrain-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: list[int], params: SamplingParams, sink: Sink) -> _Request:
+        req = _Request(prompt, params, sink)
+        self._inbox.put(("add", req))
+        return req
+
+    def cancel(self, req: _Request) -> None:
+        req.cancelled = True
+        self._inbox.put(("abort", req))
+
+    def call(self, fn: Callable[[Engine], Any]) -> Future:
+        """Run fn(engine) on the engine thread between steps / batches."""
+        fut: Future = Future()
+        self._inbox.put(("call", (fn, fut)))
+        return fut
+
+    def close(self) -> None:
+        self._inbox.put(("stop", None))
+        self._thread.join(timeout=10)
+
+    # ---- engine thread ----
+
+    def _run(self) -> None:
+        (self._run_stepping if self.stepping else self._run_batching)()
+
+    def _do_call(self, item) -> None:
+        fn, fut = item
+        try:
+            fut.set_result(fn(self.engine))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            fut.set_exception(exc)
+
+    def _run_stepping(self) -> None:
+        eng: Any = self.engine
+        live: dict[int, _Request] = {}
+        while True:
+            items = [] if eng.has_unfinished() else [self._inbox.get()]
+            try:
+                while True:
+                    items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                pass
+            for kind, item in items:
+                if kind == "stop":
+                    return
+                if kind == "call":
+                    self._do_call(item)
+                elif kind == "add" and not item.cancelled:
+                    try:
+                        item.engine_id = eng.add_request(item.prompt, item.params)
+                        live[item.engine_id] = item
+                    except Exception as exc:  # noqa: BLE001 - a bad request fails alone
+                        item.sink(exc)
+                elif kind == "abort" and item.engine_id is not None and live.pop(item.engine_id, None) is not None:
+                    eng.abort(item.engine_id)
+            if not eng.has_unfinished():
+                continue
+            try:
+                outputs = eng.step()
+            except Exception as exc:  # noqa: BLE001 - fail what is in flight, keep serving
+                log.exception("engine step failed")
+                for rid, req in list(live.items()):
+                    req.sink(exc)
+                    eng.abort(rid)
+                live.clear()
+                continue
+            for out in outputs:
+                req = live.get(out.request_id)
+                if req is None:
+                    continue
+                if out.finished:
+                    del live[out.request_id]
+                req.sink(out)
+
+    def _run_batching(self) -> None:
+        while True:
+            items = [self._inbox.get()]
+            deadline = time.monotonic() + self.batch_window_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    items.append(self._inbox.get(timeout=left))
+                except queue.Empty:
+                    break
+            while True:  # and whatever else is already waiting
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            batch = []
+            for kind, item in items:
+                if kind == "stop":
+                    return
+                if kind == "call":
+                    self._do_call(item)
+                elif kind == "add":
+                    batch.append(item)
+            batch = [r for r in batch if not r.cancelled]
+            if batch:
+                self._generate(batch)
+
+    def _generate(self, batch: list[_Request]) -> None:
+        try:
+            outs = self.engine.generate([r.prompt for r in batch], [r.params for r in batch])
+        except Exception as exc:  # noqa: BLE001
+            if len(batch) > 1:  # find the request that breaks it; the others still get served
+                for r in batch:
+                    self._generate([r])
+                return
+            log.warning("engine.generate failed for one request: %s", exc)
+            batch[0].sink(exc)
+            return
+        for r, c in zip(batch, outs):
+            r.sink(StepOutput(0, list(c.token_ids), list(c.logprobs), True, c.finish_reason))
+
+
+# ---- the HTTP side ----
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+def build_app(
+    engine: Engine, tokenizer: Any, model_name: str, *, max_model_len: int | None = None,
+    vocab_size: int | None = None, eos_token_ids: Sequence[int] | None = None, batch_window_s: float = 0.005,
+    enable_weight_updates: bool = False,
+):
+    """A FastAPI app serving `engine` as `model_name`. `max_model_len` (prompt + completion) and
+    `vocab_size` default to the engine's model config; `eos_token_ids` to `default_eos_ids`.
+    The engine thread starts now (`app.state.runner`) and stops when the app shuts down."""
+    runner = EngineRunner(engine, batch_window_s=batch_window_s)
+    limit, vocab = api.limits(engine, tokenizer, max_model_len, vocab_size)
+    eos = tuple(eos_token_ids) if eos_token_ids is not None else api.default_eos_ids(engine, tokenizer)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        runner.close()
+
+    app = FastAPI(title="posttrain", lifespan=lifespan)
+    app.state.runner = runner
+
+    @app.exception_handler(api.RequestError)
+    async def _request_error(request, exc: api.RequestError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request, exc: HTTPException):
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(api.RequestError(str(exc.detail), type=kind).body(), status_code=exc.status_code)
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except ValueError as exc:
+            raise api.RequestError(f"malformed JSON body: {exc}") from None
+
+    async def parse(request: Request, model_cls):
+        req = api.parse(model_cls, await json_body(request))
+        if req.model != model_name:
+            raise api.RequestError(f"The model `{req.model}` does not exist (this server serves `{model_name}`)",
+                                   "model", status=404, code="model_not_found")
+        return req
+
+    def choices_for(req, prompts: list[list[int]], max_tokens: int | None) -> list[api.Choice]:
+        return api.make_choices(req, prompts, max_tokens, limit=limit, vocab=vocab, eos=eos, tokenizer=tokenizer)
+
+    def start(choices: list[api.Choice]) -> asyncio.Queue:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        for c in choices:
+            def sink(ev, i=c.index):
+                loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+            c.handle = runner.submit(c.prompt, c.params, sink)
+        return events
+
+    def absorb(c: api.Choice, ev: StepOutput | BaseException) -> tuple[list[int], list[float], str]:
+        """Take one engine event for a choice; returns its new ids, logprobs and visible text."""
+        if isinstance(ev, BaseException):
+            raise api.error_of(ev)
+        c.ids += ev.token_ids
+        c.logprobs += ev.logprobs
+        delta = c.text.feed(ev.token_ids, ev.finished)
+        if c.text.stopped:
+            c.finish = "stop"
+            if not ev.finished:
+                runner.cancel(c.handle)
+        elif ev.finished:
+            c.finish = ev.finish_reason or "stop"
+        return list(ev.token_ids), list(ev.logprobs), delta
+
+    def cancel_unfinished(choices: list[api.Choice]) -> None:
+        for c in choices:
+            if c.finish is None and c.handle is not None:
+                runner.cancel(c.handle)
+
+    async def collect(request: Request, choices: list[api.Choice]) -> bool:
+        """Run the choices to their end; False if the client went away first (all aborted)."""
+        events = start(choices)
+        try:
+            while any(c.finish is None for c in choices):
+                try:
+                    i, ev = await asyncio.wait_for(events.get(), 0.5)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return False
+                    continue
+                if choices[i].finish is None:
+                    absorb(choices[i], ev)
+            return True
+        finally:
+            cancel_unfinished(choices)
+
+    async def respond(request: Request, req, prompts: list[list[int]], choices: list[api.Choice], chat: bool):
+        env = api.Envelope("chat.completion" if chat else "text_completion", model_name)
+        prompt_tokens = sum(len(p) for p in prompts)
+        if not req.stream:
+            if not await collect(request, choices):
+                return JSONResponse(api.RequestError("client disconnected").body(), status_code=499)
+            make = api.chat_choice if chat else api.completion_choice
+            out = [make(c.index, c.text.text, c.finish, c.ids, c.prompt,
+                        api.logprob_object(req, c, c.ids, c.logprobs, chat)) for c in choices]
+            return JSONResponse(env.full(out, api.usage(prompt_tokens, sum(len(c.ids) for c in choices))))
+
+        async def stream():
+            events = start(choices)
+            try:
+                if chat:
+                    yield _sse(env.chunk([api.chat_delta_choice(c.index, {"role": "assistant", "content": ""},
+                                                                None, [], None) for c in choices]))
+                while any(c.finish is None for c in choices):
+                    i, ev = await events.get()
+                    c = choices[i]
+                    if c.finish is not None:
+                        continue
+                    ids, lps, delta = absorb(c, ev)
+                    lp = api.logprob_object(req, c, ids, lps, chat)
+                    if chat:
+                        piece = api.chat_delta_choice(c.index, {"content": delta} if delta else {}, c.finish, ids, lp)
+                    else:
+                        piece = api.completion_choice(c.index, delta, c.finish, ids, None, lp)
+                    yield _sse(env.chunk([piece]))
+                if req.stream_options and req.stream_options.include_usage:
+                    yield _sse(env.chunk([], api.usage(prompt_tokens, sum(len(c.ids) for c in choices))))
+            except api.RequestError as exc:
+                yield _sse(exc.body())
+            finally:
+                cancel_unfinished(choices)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    def model_card() -> dict[str, Any]:
+        return {"id": model_name, "object": "model", "created": 0, "owned_by": "posttrain", "max_model_len": limit}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id != model_name:
+            raise api.RequestError(f"The model `{model_id}` does not exist", "model", status=404, code="model_not_found")
+        return model_card()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req = await parse(request, api.CompletionRequest)
+        api.check_completion(req)
+        prompts = api.completion_prompts(req.prompt, tokenizer)
+        return await respond(request, req, prompts, choices_for(req, prompts, req.max_tokens), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        req = await parse(request, api.ChatRequest)
+        api.check_chat(req)
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise api.RequestError("this model's tokenizer has no chat template; use /v1/completions", "messages")
+        try:
+            enc = tokenizer.apply_chat_template(api.chat_messages(req.messages), add_generation_prompt=True,
+                                                tokenize=True, return_dict=True)
+        except api.RequestError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - template errors are the request's
+            raise api.RequestError(f"messages: the chat template failed: {exc}".splitlines()[0], "messages") from None
+        prompts = [list(enc["input_ids"])]
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        return await respond(request, req, prompts, choices_for(req, prompts, max_tokens), chat=True)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        if not enable_weight_updates:
+            raise api.RequestError("weight updates are off on this server (start it with enable_weight_updates)",
+                                   status=404, code="not_enabled")
+        body = await json_body(request)
+        path = body.get("model_path") if isinstance(body, dict) else None
+        if not isinstance(path, str):
+            raise api.RequestError("model_path (a directory of .safetensors files) is required", "model_path")
+        version = body.get("version", engine.version + 1)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise api.RequestError("version must be an integer", "version")
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise api.RequestError(f"no .safetensors files in {path}", "model_path")
+        state = await asyncio.to_thread(api.load_safetensors, files)
+        try:
+            await asyncio.wrap_future(runner.call(lambda e: e.update_weights(state, version)))
+        except ValueError as exc:
+            raise api.RequestError(str(exc).splitlines()[0], "model_path") from None
+        return {"success": True, "message": f"loaded {len(state)} tensors from {path}", "version": version}
+
+    return app
+
+
+def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: str = "paged", *,
+          model_name: str | None = None, enable_weight_updates: bool = False, log_level: str = "info",
+          **engine_options: Any) -> None:
+    """Load the tokenizer and `ENGINES[engine]` for `model_path` and serve it until interrupted.
+    The model is served under `model_name` (default: `model_path` as given, as vLLM does)."""
+    import uvicorn
+
+    from posttrain.errors import ConfigError
+    from posttrain.rollout.engine import ENGINES
+    from posttrain.train.model import load_tokenizer
+
+    if engine not in ENGINES:
+        raise ConfigError(f"serve: engine {engine!r} is not available; choose one of {sorted(ENGINES)}")
+    tokenizer = load_tokenizer(model_path)
+    eng = ENGINES[engine](model_path, tokenizer, **engine_options)
+    app = build_app(eng, tokenizer, model_name or model_path, enable_weight_updates=enable_weight_updates)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
