@@ -60,7 +60,8 @@ class EngineRunner:
         self.stepping = isinstance(engine, SteppingEngine)
         self.batch_window_s = batch_window_s
         self._inbox: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="posttrain-engine", daemon=True)
+        loop = self._run_stepping if self.stepping else self._run_batching
+        self._thread = threading.Thread(target=loop, name="posttrain-engine", daemon=True)
         self._thread.start()
 
     def submit(self, prompt: list[int], params: SamplingParams, sink: Sink) -> _Request:
@@ -84,8 +85,12 @@ class EngineRunner:
 
     # ---- engine thread ----
 
-    def _run(self) -> None:
-        (self._run_stepping if self.stepping else self._run_batching)()
+    def _drain(self, items: list) -> list:
+        try:
+            while True:
+                items.append(self._inbox.get_nowait())
+        except queue.Empty:
+            return items
 
     def _do_call(self, item) -> None:
         fn, fut = item
@@ -98,13 +103,7 @@ class EngineRunner:
         eng: Any = self.engine
         live: dict[int, _Request] = {}
         while True:
-            items = [] if eng.has_unfinished() else [self._inbox.get()]
-            try:
-                while True:
-                    items.append(self._inbox.get_nowait())
-            except queue.Empty:
-                pass
-            for kind, item in items:
+            for kind, item in self._drain([] if eng.has_unfinished() else [self._inbox.get()]):
                 if kind == "stop":
                     return
                 if kind == "call":
@@ -145,13 +144,8 @@ class EngineRunner:
                     items.append(self._inbox.get(timeout=left))
                 except queue.Empty:
                     break
-            while True:  # and whatever else is already waiting
-                try:
-                    items.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
             batch = []
-            for kind, item in items:
+            for kind, item in self._drain(items):  # and whatever else is already waiting
                 if kind == "stop":
                     return
                 if kind == "call":
@@ -178,7 +172,6 @@ class EngineRunner:
 
 
 # ---- the HTTP side ----
-
 
 def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj)}\n\n"
@@ -234,7 +227,10 @@ def build_app(
         events: asyncio.Queue = asyncio.Queue()
         for c in choices:
             def sink(ev, i=c.index):
-                loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+                try:
+                    loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+                except RuntimeError:  # the loop has closed (server shutting down): nobody is waiting
+                    pass
             c.handle = runner.submit(c.prompt, c.params, sink)
         return events
 
@@ -260,17 +256,20 @@ def build_app(
 
     async def collect(request: Request, choices: list[api.Choice]) -> bool:
         """Run the choices to their end; False if the client went away first (all aborted)."""
-        events = start(choices)
+        events, loop = start(choices), asyncio.get_running_loop()
+        check_at = loop.time() + 0.5
         try:
             while any(c.finish is None for c in choices):
                 try:
                     i, ev = await asyncio.wait_for(events.get(), 0.5)
+                    if choices[i].finish is None:
+                        absorb(choices[i], ev)
                 except asyncio.TimeoutError:
+                    pass
+                if loop.time() >= check_at:  # tokens may keep coming: look at the client every 0.5 s
+                    check_at = loop.time() + 0.5
                     if await request.is_disconnected():
                         return False
-                    continue
-                if choices[i].finish is None:
-                    absorb(choices[i], ev)
             return True
         finally:
             cancel_unfinished(choices)
@@ -328,7 +327,8 @@ def build_app(
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str):
         if model_id != model_name:
-            raise api.RequestError(f"The model `{model_id}` does not exist", "model", status=404, code="model_not_found")
+            raise api.RequestError(f"The model `{model_id}` does not exist", "model", status=404,
+                                   code="model_not_found")
         return model_card()
 
     @app.post("/v1/completions")

@@ -16,6 +16,7 @@ Completions `logprobs: N` and chat `top_logprobs: N` give the sampled token's lo
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any, Literal, Sequence, Union
@@ -201,8 +202,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def finite(logprob: float) -> float:
+    """JSON has no -inf: a zero-probability token is reported as -9999.0 (as vLLM does)."""
+    return logprob if math.isfinite(logprob) else -9999.0
+
+
 def completion_logprobs(tokens: list[str], logprobs: list[float], offset: int = 0) -> dict[str, Any]:
     """The completions `logprobs` object; `top_logprobs` holds the sampled token only."""
+    logprobs = [finite(lp) for lp in logprobs]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
@@ -215,7 +222,7 @@ def chat_logprobs(tokens: list[str], logprobs: list[float], top: int) -> dict[st
     """The chat `logprobs` object; `top_logprobs` lists the sampled token only (when top >= 1)."""
     content = []
     for t, lp in zip(tokens, logprobs):
-        entry = {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))}
+        entry = {"token": t, "logprob": finite(lp), "bytes": list(t.encode("utf-8"))}
         content.append({**entry, "top_logprobs": [entry] if top else []})
     return {"content": content}
 
