@@ -1,0 +1,344 @@
+"""`PagedEngine`: the built-in rollout engine (continuous batching over a paged KV cache).
+
+    engine = make_engine("path/to/hf_model", tokenizer, device="cpu")        # or an HF model object
+    [c] = engine.generate([prompt_ids], [SamplingParams(temperature=1.0, max_tokens=64, seed=7)])
+    rid = engine.add_request(prompt_ids, params); while engine.has_unfinished(): engine.step()
+
+A step is: schedule (scheduler.py: which sequences feed which tokens, blocks reserved), run
+the model once over all of them (model.py: one flat batch, attention.py over cache.py's
+blocks), post-process (sample every sequence whose chunk reached its newest token with the
+shared `sample_next`, append, stop checks; finished sequences leave at once and free their
+blocks). Requests join between steps (`add_request` and `abort` are thread-safe; `step` runs
+on one thread).
+
+Speculative decoding plugs in at two places: `self.propose(seq) -> draft ids` (None: off),
+and `_accept` below, which already verifies drafts exactly: every fed position's logits come
+back, each is sampled with the request's next uniform as if the drafts were its own tokens,
+and the drafts are kept up to the first one that differs from its sample (that sample is
+then the next token). The output is the one sampling without drafts would give.
+
+Seeds: a request's uniforms come from its own generator (seeded with `params.seed`, or a seed
+drawn from the global torch RNG when None, as HFEngine does), one per sampled token, so a
+seeded completion does not depend on what else is in the batch. After `update_weights`,
+running requests are recomputed under the new weights and the prefix index is cleared.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from posttrain.errors import ModelLoadError
+from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, sample_next
+from posttrain.rollout.paged.attention import build_metadata
+from posttrain.rollout.paged.cache import BlockAllocator, KVCache
+from posttrain.rollout.paged.config import ModelSpec
+from posttrain.rollout.paged.model import PagedModel, load_safetensors
+from posttrain.rollout.paged.scheduler import ScheduledSeq, Scheduler, Sequence as Seq
+
+_SEED_RANGE = 2**63 - 1  # as HFEngine
+_DEFAULT_CPU_KV_BYTES = 2 << 30
+_DEFAULT_CUDA_KV_FRACTION = 0.4  # of the free device memory after the weights are loaded
+
+
+def _dtype(dtype: Any, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"paged engine: dtype must be one of auto, {', '.join(table)}; got {dtype!r}")
+    return table[dtype]
+
+
+class PagedEngine:
+    """Implements `SteppingEngine` (and `Engine`) for Llama / Qwen2 / Qwen3 / Mistral checkpoints."""
+
+    def __init__(
+        self, spec: ModelSpec, weights: Mapping[str, torch.Tensor], *, tokenizer=None,
+        device: torch.device | str | None = None, dtype: Any = "auto", block_size: int = 16,
+        num_blocks: int | None = None, kv_cache_bytes: int | None = None, max_model_len: int | None = None,
+        max_num_seqs: int = 256, max_num_batched_tokens: int = 2048, prefix_sharing: bool = True,
+        kv_dtype: str = "auto",
+    ):
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
+            raise ValueError("paged engine: block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
+        self.spec, self.device, self.tokenizer, self.version = spec, device, tokenizer, 0
+        self.dtype = _dtype(dtype, device)
+        self.block_size, self.kv_dtype = block_size, kv_dtype
+        self.bytes_per_token = KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype, kv_dtype)
+        target_len = max_model_len or spec.max_position_embeddings
+        if num_blocks is None:
+            if kv_cache_bytes is None:
+                kv_cache_bytes = _DEFAULT_CPU_KV_BYTES if device.type != "cuda" else self._cuda_budget(spec)
+            wanted = -(-max_num_seqs * target_len // block_size)
+            num_blocks = 1 + min(kv_cache_bytes // (self.bytes_per_token * block_size), wanted)
+        capacity = (num_blocks - 1) * block_size
+        if max_model_len is not None and max_model_len > capacity:
+            raise ValueError(f"paged engine: max_model_len {max_model_len} does not fit the KV cache "
+                             f"({num_blocks - 1} blocks x {block_size} = {capacity} tokens); give more blocks")
+        self.max_model_len = min(target_len, capacity)
+        self.model = PagedModel(spec, weights, self.dtype, device, self.max_model_len)
+        self.allocator = BlockAllocator(num_blocks, block_size)
+        self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim,
+                             self.dtype, device, kv_dtype)
+        self.scheduler = Scheduler(self.allocator, max_num_seqs, max_num_batched_tokens, prefix_sharing)
+        self.propose: Callable[[Seq], list[int]] | None = None  # speculative drafts for a decoding sequence
+        self.peak_blocks_used = 0
+        self._lock, self._step_lock = threading.Lock(), threading.RLock()
+        self._ids = itertools.count()
+        self._pending: list[Seq] = []
+        self._aborts: set[int] = set()
+        self._arrival = itertools.count()
+
+    @staticmethod
+    def _cuda_budget(spec: ModelSpec) -> int:
+        free, _ = torch.cuda.mem_get_info()
+        return int(free * _DEFAULT_CUDA_KV_FRACTION)
+
+    @classmethod
+    def from_pretrained(cls, path: str, tokenizer=None, **options: Any) -> "PagedEngine":
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(f"cannot load the model config from {path!r}: {str(e).splitlines()[0]}") from None
+        options.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
+        return cls(ModelSpec.from_hf(config), load_safetensors(path), tokenizer=tokenizer, **options)
+
+    @classmethod
+    def from_hf_model(cls, model, tokenizer=None, **options: Any) -> "PagedEngine":
+        """Copy an HF causal LM's weights (the model itself is not kept)."""
+        options.setdefault("device", next(model.parameters()).device)
+        return cls(ModelSpec.from_hf(model.config), model.state_dict(), tokenizer=tokenizer, **options)
+
+    # ---- requests ----
+
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams, seed: int | None = None) -> int:
+        """Queue a request (thread-safe); it joins the batch at the next step. Returns its id."""
+        prompt = [int(t) for t in prompt_ids]
+        self._check(prompt, params, "add_request")
+        if seed is None:
+            seed = params.seed if params.seed is not None else int(torch.randint(_SEED_RANGE, ()))
+        with self._lock:
+            rid = next(self._ids)
+            self._pending.append(Seq(rid, prompt, params, seed, next(self._arrival)))
+        return rid
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request (thread-safe); the next step reports it finished with reason 'abort'."""
+        with self._lock:
+            self._aborts.add(request_id)
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            if self._pending or self._aborts:
+                return True
+        return self.scheduler.has_unfinished()
+
+    def _check(self, prompt: list[int], params: SamplingParams, where: str) -> None:
+        if not prompt:
+            raise ValueError(f"{where}: the prompt is empty")
+        if min(prompt) < 0 or max(prompt) >= self.spec.vocab_size:
+            raise ValueError(f"{where}: the prompt has a token id outside the vocabulary [0, {self.spec.vocab_size})")
+        if len(prompt) >= self.max_model_len:
+            raise ValueError(f"{where}: the prompt has {len(prompt)} tokens but the context limit max_model_len is "
+                             f"{self.max_model_len} (the prompt and at least one new token must fit)")
+        if params.stop and self.tokenizer is None:
+            raise ValueError(f"{where}: stop strings need a tokenizer; the engine was built without one")
+
+    # ---- one step: schedule, run the model, post-process ----
+
+    def step(self) -> list[StepOutput]:
+        with self._step_lock:
+            outputs = self._admit_and_abort()
+            batch = self.scheduler.schedule(self.propose)
+            if batch.scheduled:
+                logits = self._run(batch.scheduled, batch.copies)
+                outputs += self._postprocess(batch.scheduled, logits)
+            return outputs
+
+    def _admit_and_abort(self) -> list[StepOutput]:
+        with self._lock:
+            pending, aborts = self._pending, self._aborts
+            self._pending, self._aborts = [], set()
+        out = []
+        for seq in pending:
+            if seq.request_id in aborts:
+                aborts.discard(seq.request_id)
+                out.append(StepOutput(seq.request_id, [], [], True, "abort"))
+            else:
+                self.scheduler.add(seq)
+        for rid in sorted(aborts):
+            if self.scheduler.remove(rid) is not None:
+                out.append(StepOutput(rid, [], [], True, "abort"))
+        return out
+
+    def _run(self, scheduled: list[ScheduledSeq], copies: list[tuple[int, int]]) -> torch.Tensor:
+        """One forward over every scheduled sequence -> float32 logits [rows, vocab], one row per
+        fed position whose token is sampled (the newest token, and each draft)."""
+        self.peak_blocks_used = max(self.peak_blocks_used, self.allocator.num_used)
+        if copies:
+            src, dst = zip(*copies)
+            self.cache.copy_blocks(torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device))
+        input_ids: list[int] = []
+        rows: list[int] = []
+        for s in scheduled:
+            input_ids += s.input_ids
+            if s.samples:
+                rows.extend(range(len(input_ids) - 1 - len(s.draft_ids), len(input_ids)))
+        meta = build_metadata(
+            [s.start for s in scheduled], [s.num_fed for s in scheduled], [s.seq.block_table for s in scheduled],
+            [s.write_kv for s in scheduled], self.block_size, self.device, self.spec.sliding_windows,
+        )
+        ids = torch.tensor(input_ids, dtype=torch.long).to(self.device)
+        keep = None if len(rows) == len(input_ids) else torch.tensor(rows, dtype=torch.long).to(self.device)
+        try:
+            return self.model.forward(ids, meta, self.cache, keep)
+        except BaseException:
+            self.allocator.clear_index()  # blocks indexed for this step may not have been written
+            raise
+
+    def _postprocess(self, scheduled: list[ScheduledSeq], logits: torch.Tensor) -> list[StepOutput]:
+        for s in scheduled:
+            s.seq.num_computed = s.start + s.num_tokens
+        sampling = [s for s in scheduled if s.samples]
+        if not sampling:
+            return []
+        emitted = self._accept(sampling, logits)
+        outputs = []
+        for s, (tokens, logprobs) in zip(sampling, emitted):
+            seq = s.seq
+            seq.prefill_done = True
+            seq.num_computed += len(tokens) - 1  # accepted drafts: their K/V were written this step
+            new_tokens, new_logprobs = [], []
+            for tok, lp in zip(tokens, logprobs):
+                seq.tokens.append(tok)
+                seq.logprobs.append(lp)
+                new_tokens.append(tok)
+                new_logprobs.append(lp)
+                seq.finish_reason = self._finish_reason(seq, tok)
+                if seq.finish_reason is not None:
+                    break
+            if seq.finish_reason is not None:
+                self.scheduler.finish(seq)
+            outputs.append(StepOutput(seq.request_id, new_tokens, new_logprobs, seq.finish_reason is not None,
+                                      seq.finish_reason))
+        return outputs
+
+    def _accept(self, sampling: list[ScheduledSeq], logits: torch.Tensor) -> list[tuple[list[int], list[float]]]:
+        """Sample every returned row (row j of a sequence with the j-th next uniform of its
+        request) and keep the drafts up to the first one its sample disagrees with."""
+        seqs, uniforms = [], []
+        for s in sampling:
+            draws = s.seq.peek_uniforms(1 + len(s.draft_ids))
+            seqs.extend([s.seq] * len(draws))
+            uniforms.extend(draws)
+        p = [seq.params for seq in seqs]
+        dev = logits.device
+        tokens, logprobs = sample_next(
+            logits,
+            torch.tensor([x.temperature for x in p], dtype=torch.float32, device=dev),
+            torch.tensor([x.top_k for x in p], dtype=torch.long, device=dev),
+            torch.tensor([x.top_p for x in p], dtype=torch.float32, device=dev),
+            torch.tensor(uniforms, dtype=torch.float64, device=dev),
+            torch.tensor([x.min_p for x in p], dtype=torch.float32, device=dev) if any(x.min_p for x in p) else None,
+        )
+        both = torch.stack([tokens.double(), logprobs.double()]).tolist()  # the one device sync of the step
+        out, row = [], 0
+        for s in sampling:
+            n = 1 + len(s.draft_ids)
+            toks, lps = [int(t) for t in both[0][row : row + n]], both[1][row : row + n]
+            keep = 1
+            while keep < n and toks[keep - 1] == s.draft_ids[keep - 1]:
+                keep += 1
+            s.seq.consume_uniforms(keep)
+            out.append((toks[:keep], lps[:keep]))
+            row += n
+        return out
+
+    def _finish_reason(self, seq: Seq, token: int) -> str | None:
+        p = seq.params
+        if token in p.stop_token_ids:
+            return "stop"
+        if p.stop and _hits_stop_string(self.tokenizer, seq.output_ids, p.stop):
+            return "stop"
+        if seq.num_output_tokens >= p.max_tokens or len(seq.tokens) >= self.max_model_len:
+            return "length"
+        return None
+
+    # ---- Engine ----
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
+        """Add every request, step until all are finished (run no other step loop meanwhile)."""
+        if len(prompts) != len(params):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
+        for i, (prompt, p) in enumerate(zip(prompts, params)):
+            try:
+                self._check([int(t) for t in prompt], p, "generate")
+            except ValueError as e:
+                raise ValueError(str(e).replace("generate: the prompt", f"generate: prompt {i}")) from None
+        # unseeded requests draw their seed from the global torch RNG, in request order
+        seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
+        ids = [self.add_request(prompt, p, seed) for prompt, p, seed in zip(prompts, params, seeds)]
+        index = {rid: i for i, rid in enumerate(ids)}
+        tokens: list[list[int]] = [[] for _ in ids]
+        logprobs: list[list[float]] = [[] for _ in ids]
+        finish: list[str | None] = [None] * len(ids)
+        remaining = len(ids)
+        while remaining:
+            for out in self.step():
+                i = index.get(out.request_id)
+                if i is None:
+                    continue
+                tokens[i] += out.token_ids
+                logprobs[i] += out.logprobs
+                if out.finished:
+                    finish[i] = out.finish_reason
+                    remaining -= 1
+        return [Completion(tuple(t), tuple(lp), str(f)) for t, lp, f in zip(tokens, logprobs, finish)]
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Copy HF-named tensors into the engine's weights in place, then set `version`. Running
+        requests are recomputed under the new weights; cached prefixes are forgotten."""
+        with self._step_lock:
+            self.model.load(state_dict)
+            self.allocator.clear_index()
+            self.scheduler.preempt_all()
+            self.version = int(version)
+
+    def kv_stats(self) -> dict[str, Any]:
+        usable = self.allocator.num_blocks - 1
+        return {
+            "block_size": self.block_size,
+            "blocks_total": usable,
+            "blocks_used": self.allocator.num_used,
+            "blocks_used_peak": self.peak_blocks_used,
+            "bytes_per_token": self.bytes_per_token,
+            "kv_cache_bytes": usable * self.block_size * self.bytes_per_token,
+            "kv_dtype": "int8" if self.kv_dtype == "int8" else str(self.dtype).removeprefix("torch."),
+            "max_model_len": self.max_model_len,
+            "num_preemptions": self.scheduler.num_preemptions,
+        }
+
+
+def _hits_stop_string(tokenizer, ids: list[int], stop: Sequence[str]) -> bool:
+    window = 2 * max(len(s.encode()) for s in stop) + 4  # every token decodes to >= 1 byte
+    text = tokenizer.decode(ids[-window:], skip_special_tokens=False)
+    return any(s in text for s in stop)
+
+
+def make_engine(model_or_path: Any, tokenizer=None, **options: Any) -> PagedEngine:
+    """`ENGINES["paged"]`: a path to an HF model directory (safetensors) or an HF causal LM object.
+    Options: device, dtype ('auto' = fp32 on CPU, bf16 on CUDA), block_size, num_blocks or
+    kv_cache_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, prefix_sharing, kv_dtype."""
+    if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
+        return PagedEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
+    return PagedEngine.from_hf_model(model_or_path, tokenizer=tokenizer, **options)
