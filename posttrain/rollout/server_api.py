@@ -99,10 +99,8 @@ def parse(model_cls: type[BaseModel], body: Any) -> Any:
 
 def check_common(req: _Common) -> None:
     """OpenAI-style range checks shared by both endpoints; each names its field."""
-    if req.n < 1:
-        raise RequestError(f"n must be >= 1, got {req.n}", "n")
-    if req.n > 128:
-        raise RequestError(f"n must be <= 128, got {req.n}", "n")
+    if not 1 <= req.n <= 128:
+        raise RequestError(f"n must be in [1, 128], got {req.n}", "n")
     if not req.temperature >= 0:
         raise RequestError(f"temperature must be >= 0, got {req.temperature}", "temperature")
     if not 0 < req.top_p <= 1:
@@ -189,14 +187,6 @@ def sampling_params(req: _Common, max_tokens: int, eos_ids: Sequence[int], choic
 # ---- responses ----
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def now() -> int:
-    return int(time.time())
-
-
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
@@ -251,8 +241,8 @@ class Envelope:
 
     def __init__(self, kind: Literal["text_completion", "chat.completion"], model: str):
         self.kind, self.model = kind, model
-        self.id = new_id("cmpl" if kind == "text_completion" else "chatcmpl")
-        self.created = now()
+        self.id = f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
 
     def full(self, choices: list[dict], usage_: dict) -> dict[str, Any]:
         return {"id": self.id, "object": self.kind, "created": self.created, "model": self.model,
@@ -267,13 +257,17 @@ class Envelope:
 
 
 class TextStream:
-    """The visible text of one choice as its tokens arrive: decoded whole each time, cut at the
-    first stop string (the stop string itself is not shown), and, until the choice ends, holding
-    back a trailing partial UTF-8 character and any tail that could still begin a stop string."""
+    """The visible text of one choice as its tokens arrive. Decoding is incremental, as vLLM does
+    it: decode a short window of recent tokens and keep what the newest ones added; a window that
+    ends in a partial UTF-8 character waits for the next token. The text is cut at the first stop
+    string (which is not shown); until the choice ends, a tail that could begin one is held back."""
 
     def __init__(self, tokenizer, stop: Sequence[str], skip_special_tokens: bool = True):
         self.tokenizer, self.stop, self.skip = tokenizer, tuple(stop), skip_special_tokens
+        self.longest = max((len(s) for s in self.stop), default=0)
         self.ids: list[int] = []
+        self.decoded = ""  # the text of ids[:_read]
+        self._prefix = self._read = 0  # the window is ids[_prefix:]; ids[_prefix:_read] already decoded
         self.sent = 0  # characters already handed out
         self.text = ""  # the text handed out so far (all of it once the choice has finished)
         self.stopped = False  # a stop string was found
@@ -281,12 +275,18 @@ class TextStream:
     def feed(self, new_ids: Sequence[int], finished: bool) -> str:
         """Add tokens; return the newly visible text. Sets `stopped` when a stop string appears."""
         self.ids.extend(new_ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=self.skip)
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        searched = len(self.decoded)
+        window = self.tokenizer.decode(self.ids[self._prefix:], skip_special_tokens=self.skip)
+        done = self.tokenizer.decode(self.ids[self._prefix : self._read], skip_special_tokens=self.skip)
+        if finished or (len(window) > len(done) and not window.endswith("\ufffd")):
+            self.decoded += window[len(done):]
+            self._prefix, self._read = self._read, len(self.ids)
+        start = max(0, searched - self.longest + 1)  # a new match ends in the new text
+        hits = [i for i in (self.decoded.find(s, start) for s in self.stop) if i >= 0]
+        text = self.decoded
         if hits:
             text, self.stopped, finished = text[: min(hits)], True, True
         if not finished:
-            text = text.rstrip("\ufffd")
             held = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
             text = text[: len(text) - held]
         delta = text[self.sent:] if len(text) > self.sent else ""

@@ -22,6 +22,7 @@ import torch
 from posttrain.rollout import Completion, HFEngine, SamplingParams
 from posttrain.rollout.engine import StepOutput, SteppingEngine
 from posttrain.rollout.server import build_app
+from posttrain.rollout.server_api import TextStream
 
 openai = pytest.importorskip("openai")
 
@@ -395,3 +396,28 @@ def test_plain_engine_batches_and_isolates_a_failing_request(plain, tiny_tokeniz
     with ThreadPoolExecutor(7) as pool:
         assert all(r.status_code == 200 for r in pool.map(call, [p for p in prompts if p != [13, 14]]))
     assert engine.calls - before <= 3, first_window
+
+
+def test_text_stream_decodes_incrementally_and_cuts_at_stops(tiny_tokenizer):
+    ids = tiny_tokenizer("a€b c", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 7  # "€" is three byte tokens here
+    stream = TextStream(tiny_tokenizer, ("b x",))
+    # the partial character waits for its last byte; "b" and "b " could begin the stop string
+    assert [stream.feed([i], False) for i in ids] == ["a", "", "", "€", "", "", "b c"]
+    stream = TextStream(tiny_tokenizer, ("nope", "b c"))
+    assert "".join(stream.feed([i], False) for i in ids) == "a€" and stream.stopped and stream.text == "a€"
+    # any chunking of any token sequence gives the whole decode, and stops cut it where it first occurs
+    rng = random.Random(0)
+    for _ in range(300):
+        seq = [rng.randrange(len(tiny_tokenizer)) for _ in range(rng.randrange(1, 25))]
+        skip = rng.random() < 0.5
+        full = tiny_tokenizer.decode(seq, skip_special_tokens=skip)
+        at = rng.randrange(len(full)) if full else 0
+        stop = full[at : at + rng.randrange(1, 4)]
+        for stops in ((), (stop,)) if stop and "\ufffd" not in stop else ((),):
+            stream, out, i = TextStream(tiny_tokenizer, stops, skip), "", 0
+            while i < len(seq) and not stream.stopped:
+                k = rng.randrange(1, 4)
+                out += stream.feed(seq[i : i + k], i + k >= len(seq))
+                i += k
+            assert out == stream.text == (full[: full.index(stop)] if stops else full)
