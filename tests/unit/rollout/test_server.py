@@ -10,6 +10,8 @@ import copy
 import json
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -421,3 +423,33 @@ def test_text_stream_decodes_incrementally_and_cuts_at_stops(tiny_tokenizer):
                 out += stream.feed(seq[i : i + k], i + k >= len(seq))
                 i += k
             assert out == stream.text == (full[: full.index(stop)] if stops else full)
+
+
+def test_serve_runs_a_model_directory(tiny_model_dir):
+    """`serve` (what `posttrain serve` calls) in its own process, on the HF engine."""
+    from posttrain.errors import ConfigError
+    from posttrain.rollout.server import serve
+
+    with pytest.raises(ConfigError, match="engine 'nope' is not available"):
+        serve(tiny_model_dir, engine="nope")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = (f"from posttrain.rollout.server import serve; "
+            f"serve({tiny_model_dir!r}, port={port}, engine='hf', model_name='tiny', log_level='warning')")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve did not come up"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        r = client(f"http://127.0.0.1:{port}").completions.create(model="tiny", prompt="x", max_tokens=3,
+                                                                  temperature=0)
+        assert len(r.choices[0].token_ids) <= 3 and r.usage.prompt_tokens == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)
