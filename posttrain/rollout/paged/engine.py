@@ -97,6 +97,10 @@ class PagedEngine:
         self._aborts: set[int] = set()
         self._arrival = itertools.count()
 
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab_size
+
     @staticmethod
     def _cuda_budget(spec: ModelSpec) -> int:
         free, _ = torch.cuda.mem_get_info()
