@@ -111,6 +111,7 @@ class KVCache:
             raise ValueError(f"kv_dtype must be 'auto' (the model dtype) or 'int8', got {kv_dtype!r}")
         self.block_size, self.num_kv_heads, self.head_dim = block_size, num_kv_heads, head_dim
         self.dtype, self.quantized = dtype, kv_dtype == "int8"
+        self._buffers: dict[str, torch.Tensor] = {}
         slots, width = num_blocks * block_size, num_kv_heads * head_dim
         store = torch.int8 if self.quantized else dtype
         self.k = [torch.zeros(slots, width, dtype=store, device=device) for _ in range(num_layers)]
@@ -141,17 +142,34 @@ class KVCache:
 
     def gather(self, layer: int, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of whole blocks: block_tables [n, blocks] -> two [n, kv_heads, blocks * block_size, head_dim]
-        (strided views; padding blocks hold garbage the attention mask hides)."""
+        (strided views into a reused workspace, valid until the next gather; padding blocks hold
+        garbage the attention mask hides)."""
         n, nbl = block_tables.shape
-        length = nbl * self.block_size
+        ids = block_tables.reshape(-1)
+        length, heads, dim = nbl * self.block_size, self.num_kv_heads, self.head_dim
         out = []
-        for store, scales in ((self.k[layer], "k_scale"), (self.v[layer], "v_scale")):
-            x = _gather_blocks(store, block_tables, self.block_size).view(n, length, self.num_kv_heads, self.head_dim)
+        for name, store in (("k", self.k[layer]), ("v", self.v[layer])):
+            x = self._gather_blocks(name, store, ids)
             if self.quantized:
-                s = _gather_blocks(getattr(self, scales)[layer], block_tables, self.block_size)
-                x = x.to(self.dtype) * s.view(n, length, self.num_kv_heads, 1)
-            out.append(x.transpose(1, 2))
+                s = self._gather_blocks(name + "_scale", (self.k_scale if name == "k" else self.v_scale)[layer], ids)
+                deq = self._workspace(name + "_deq", x.numel(), self.dtype).view_as(x)
+                x = deq.copy_(x).view(n, length, heads, dim).mul_(s.view(n, length, heads, 1))
+            out.append(x.view(n, length, heads, dim).transpose(1, 2))
         return out[0], out[1]
+
+    def _gather_blocks(self, name: str, store: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        rows = store.view(-1, self.block_size * store.shape[1])  # one row per block: a contiguous copy each
+        out = self._workspace(name, ids.numel() * rows.shape[1], store.dtype).view(ids.numel(), rows.shape[1])
+        return torch.index_select(rows, 0, ids, out=out)
+
+    def _workspace(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat buffer reused across layers and steps: allocating megabytes per layer and step
+        made each CPU gather several times slower (fresh pages from the OS every time)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel + numel // 4, dtype=dtype, device=self.k[0].device)
+            self._buffers[name] = buf
+        return buf[:numel]
 
     def copy_blocks(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy whole blocks src[i] -> dst[i] in every layer (copy-on-write)."""
@@ -161,11 +179,6 @@ class KVCache:
         tensors = self.k + self.v + (self.k_scale + self.v_scale if self.quantized else [])
         for t in tensors:
             t.index_copy_(0, dst_slots, t.index_select(0, src_slots))
-
-
-def _gather_blocks(store: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
-    rows = store.view(-1, block_size * store.shape[1])  # one row per block: a contiguous copy per block
-    return rows.index_select(0, block_tables.reshape(-1))
 
 
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -192,18 +192,25 @@ class PagedEngine:
         if copies:
             src, dst = zip(*copies)
             self.cache.copy_blocks(torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device))
+        # fed in order of (query length, context length): attention buckets are contiguous and tight
+        order = sorted(scheduled, key=lambda s: (s.num_fed, s.start + s.num_fed))
         input_ids: list[int] = []
-        rows: list[int] = []
-        for s in scheduled:
+        offset: dict[int, int] = {}
+        for s in order:
+            offset[id(s)] = len(input_ids)
             input_ids += s.input_ids
+        rows: list[int] = []  # logits rows, in the order of `scheduled`
+        for s in scheduled:
             if s.samples:
-                rows.extend(range(len(input_ids) - 1 - len(s.draft_ids), len(input_ids)))
+                end = offset[id(s)] + s.num_fed
+                rows.extend(range(end - 1 - len(s.draft_ids), end))
         meta = build_metadata(
-            [s.start for s in scheduled], [s.num_fed for s in scheduled], [s.seq.block_table for s in scheduled],
-            [s.write_kv for s in scheduled], self.block_size, self.device, self.spec.sliding_windows,
+            [s.start for s in order], [s.num_fed for s in order], [s.seq.block_table for s in order],
+            [s.write_kv for s in order], self.block_size, self.device, self.spec.sliding_windows,
+            self.spec.num_heads // self.spec.num_kv_heads, self.dtype,
         )
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device)
-        keep = None if len(rows) == len(input_ids) else torch.tensor(rows, dtype=torch.long).to(self.device)
+        keep = None if rows == list(range(len(input_ids))) else torch.tensor(rows, dtype=torch.long).to(self.device)
         try:
             return self.model.forward(ids, meta, self.cache, keep)
         except BaseException:

@@ -233,7 +233,8 @@ def teacher_forced_logprobs(eng: PagedEngine, prompt, completion) -> torch.Tenso
     seq = list(prompt) + list(completion)
     s = Sequence(-1, seq, greedy(1), 0, 0)
     assert eng.scheduler._reserve(s, len(seq), [])
-    meta = build_metadata([0], [len(seq)], [s.block_table], [True], eng.block_size, eng.device)
+    meta = build_metadata([0], [len(seq)], [s.block_table], [True], eng.block_size, eng.device,
+                          group=eng.spec.num_heads // eng.spec.num_kv_heads)
     logits = eng.model.forward(torch.tensor(seq), meta, eng.cache, None)[len(prompt) - 1 : -1]
     eng.allocator.release_all(s.block_table)
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)
