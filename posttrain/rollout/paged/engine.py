@@ -41,7 +41,8 @@ from posttrain.rollout.paged.scheduler import ScheduledSeq, Scheduler, Sequence 
 
 _SEED_RANGE = 2**63 - 1  # as HFEngine
 _DEFAULT_CPU_KV_BYTES = 2 << 30
-_DEFAULT_CUDA_KV_FRACTION = 0.4  # of the free device memory after the weights are loaded
+_DEFAULT_CUDA_KV_FRACTION = 0.4
+_CPU_BUCKET_BYTES = 4 << 20  # of the free device memory after the weights are loaded
 
 
 def _dtype(dtype: Any, device: torch.device) -> torch.dtype:
@@ -89,6 +90,9 @@ class PagedEngine:
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim,
                              self.dtype, device, kv_dtype)
         self.scheduler = Scheduler(self.allocator, max_num_seqs, max_num_batched_tokens, prefix_sharing)
+        # CPU: attend to ~4 MB of gathered K/V at a time (cache-sized); GPU: whole buckets
+        per_key = 2 * spec.num_kv_heads * spec.head_dim * self.dtype.itemsize
+        self._max_bucket_keys = None if device.type == "cuda" else max(1, _CPU_BUCKET_BYTES // per_key)
         self.propose: Callable[[Seq], list[int]] | None = None  # speculative drafts for a decoding sequence
         self.peak_blocks_used = 0
         self._lock, self._step_lock = threading.Lock(), threading.RLock()
@@ -207,7 +211,7 @@ class PagedEngine:
         meta = build_metadata(
             [s.start for s in order], [s.num_fed for s in order], [s.seq.block_table for s in order],
             [s.write_kv for s in order], self.block_size, self.device, self.spec.sliding_windows,
-            self.spec.num_heads // self.spec.num_kv_heads, self.dtype,
+            self.spec.num_heads // self.spec.num_kv_heads, self.dtype, self._max_bucket_keys,
         )
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device)
         keep = None if rows == list(range(len(input_ids))) else torch.tensor(rows, dtype=torch.long).to(self.device)
