@@ -103,6 +103,20 @@ def build_samples(groups: list[ScoredGroup], policy, ref, cfg: RLConfig, tempera
     return samples
 
 
+def engine_options(cfg: RLConfig, device) -> dict:
+    """The rollout engine's options: the model's dtype and device, the batch limit under each
+    engine's own name, then `rollout.engine_options` (which win)."""
+    r = cfg.rollout
+    base: dict = {"dtype": cfg.model.dtype, "device": device}
+    if r.engine == "hf":
+        base["max_batch_sequences"] = r.max_batch_sequences
+    elif r.engine == "paged":
+        base["max_num_seqs"] = r.max_batch_sequences
+    else:
+        base = {}
+    return {**base, **r.engine_options}
+
+
 def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
@@ -126,8 +140,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     if cfg.algo.kl_coef > 0:
         ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
     ref_id = model_identity(cfg.model.path) if ref is not None else None
-    engine = ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, dtype=cfg.model.dtype, device=device,
-                         max_batch_sequences=cfg.rollout.max_batch_sequences)
+    engine = ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **engine_options(cfg, device))
     optimizer = build_optimizer(policy, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     b = cfg.buffer
