@@ -101,6 +101,33 @@ def build_metadata(
     return meta
 
 
+def prepare_inputs(scheduled, block_size: int, device: torch.device, windows: Sequence[int | None], group: int,
+                   dtype: torch.dtype, max_bucket_keys: int | None
+                   ) -> tuple[torch.Tensor, AttentionMetadata, torch.Tensor | None]:
+    """A step's model inputs from the scheduler's `ScheduledSeq`s: token ids [T], attention
+    metadata, and the rows whose logits are sampled (in the order of `scheduled`: each
+    sampling sequence's newest token, then its drafts; None when that is every row in order).
+    Sequences are fed in order of (query length, context length): buckets come out tight."""
+    order = sorted(scheduled, key=lambda s: (s.num_fed, s.start + s.num_fed))
+    input_ids: list[int] = []
+    offset: dict[int, int] = {}
+    for s in order:
+        offset[id(s)] = len(input_ids)
+        input_ids += s.input_ids
+    rows: list[int] = []
+    for s in scheduled:
+        if s.samples:
+            end = offset[id(s)] + s.num_fed
+            rows.extend(range(end - 1 - len(s.draft_ids), end))
+    meta = build_metadata(
+        [s.start for s in order], [s.num_fed for s in order], [s.seq.block_table for s in order],
+        [s.write_kv for s in order], block_size, device, windows, group, dtype, max_bucket_keys,
+    )
+    ids = torch.tensor(input_ids, dtype=torch.long).to(device)
+    keep = None if rows == list(range(len(input_ids))) else torch.tensor(rows, dtype=torch.long).to(device)
+    return ids, meta, keep
+
+
 def _additive(allowed: torch.Tensor, group: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
     return (mask.repeat_interleave(group, dim=2) if group > 1 and allowed.shape[2] > 1 else mask).to(device)

@@ -26,16 +26,19 @@ running requests are recomputed under the new weights and the prefix index is cl
 from __future__ import annotations
 
 import itertools
+import json
 import threading
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from posttrain.errors import ModelLoadError
+from posttrain.errors import ConfigError, ModelLoadError
 from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, sample_next
-from posttrain.rollout.paged.attention import build_metadata
+from posttrain.rollout.paged.attention import prepare_inputs
 from posttrain.rollout.paged.cache import BlockAllocator, KVCache
-from posttrain.rollout.paged.config import ModelSpec
+from posttrain.rollout.paged.config import ModelSpec, resolve_dtype
 from posttrain.rollout.paged.model import PagedModel, load_safetensors
 from posttrain.rollout.paged.scheduler import ScheduledSeq, Scheduler, Sequence as Seq
 
@@ -43,18 +46,6 @@ _SEED_RANGE = 2**63 - 1  # as HFEngine
 _DEFAULT_CPU_KV_BYTES = 2 << 30
 _DEFAULT_CUDA_KV_FRACTION = 0.4
 _CPU_BUCKET_BYTES = 4 << 20  # of the free device memory after the weights are loaded
-
-
-def _dtype(dtype: Any, device: torch.device) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"paged engine: dtype must be one of auto, {', '.join(table)}; got {dtype!r}")
-    return table[dtype]
 
 
 class PagedEngine:
@@ -65,20 +56,22 @@ class PagedEngine:
         device: torch.device | str | None = None, dtype: Any = "auto", block_size: int = 16,
         num_blocks: int | None = None, kv_cache_bytes: int | None = None, max_model_len: int | None = None,
         max_num_seqs: int = 256, max_num_batched_tokens: int = 2048, prefix_sharing: bool = True,
-        kv_dtype: str = "auto",
+        kv_dtype: str = "auto", eos_token_ids: Sequence[int] | None = None,
     ):
         device = torch.device(device) if device is not None else torch.device("cpu")
+        if kv_dtype not in ("auto", "int8"):
+            raise ConfigError(f"paged engine: kv_dtype must be 'auto' (the model dtype) or 'int8', got {kv_dtype!r}")
         if block_size < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("paged engine: block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
         self.spec, self.device, self.tokenizer, self.version = spec, device, tokenizer, 0
-        self.dtype = _dtype(dtype, device)
+        self.dtype = resolve_dtype(dtype, device)
         self.block_size, self.kv_dtype = block_size, kv_dtype
         self.bytes_per_token = KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype, kv_dtype)
         target_len = max_model_len or spec.max_position_embeddings
         if num_blocks is None:
             if kv_cache_bytes is None:
-                kv_cache_bytes = _DEFAULT_CPU_KV_BYTES if device.type != "cuda" else self._cuda_budget(spec)
-            wanted = -(-max_num_seqs * target_len // block_size)
+                kv_cache_bytes = _DEFAULT_CPU_KV_BYTES if device.type != "cuda" else self._cuda_budget()
+            wanted = -(-max_num_seqs * target_len // block_size)  # no use for more than every sequence at full length
             num_blocks = 1 + min(kv_cache_bytes // (self.bytes_per_token * block_size), wanted)
         capacity = (num_blocks - 1) * block_size
         if max_model_len is not None and max_model_len > capacity:
@@ -86,10 +79,14 @@ class PagedEngine:
                              f"({num_blocks - 1} blocks x {block_size} = {capacity} tokens); give more blocks")
         self.max_model_len = min(target_len, capacity)
         self.model = PagedModel(spec, weights, self.dtype, device, self.max_model_len)
+        # where replies end by default (read by the server like an HF model's generation config)
+        self.eos_token_ids = tuple(eos_token_ids) if eos_token_ids is not None else spec.eos_token_ids
+        self.model.generation_config = SimpleNamespace(eos_token_id=list(self.eos_token_ids))
         self.allocator = BlockAllocator(num_blocks, block_size)
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim,
                              self.dtype, device, kv_dtype)
-        self.scheduler = Scheduler(self.allocator, max_num_seqs, max_num_batched_tokens, prefix_sharing)
+        self.scheduler = Scheduler(self.allocator, max_num_seqs, max_num_batched_tokens, prefix_sharing,
+                                   self.max_model_len)
         # CPU: attend to ~4 MB of gathered K/V at a time (cache-sized); GPU: whole buckets
         per_key = 2 * spec.num_kv_heads * spec.head_dim * self.dtype.itemsize
         self._max_bucket_keys = None if device.type == "cuda" else max(1, _CPU_BUCKET_BYTES // per_key)
@@ -106,7 +103,7 @@ class PagedEngine:
         return self.spec.vocab_size
 
     @staticmethod
-    def _cuda_budget(spec: ModelSpec) -> int:
+    def _cuda_budget() -> int:
         free, _ = torch.cuda.mem_get_info()
         return int(free * _DEFAULT_CUDA_KV_FRACTION)
 
@@ -119,12 +116,20 @@ class PagedEngine:
         except (OSError, ValueError) as e:
             raise ModelLoadError(f"cannot load the model config from {path!r}: {str(e).splitlines()[0]}") from None
         options.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
-        return cls(ModelSpec.from_hf(config), load_safetensors(path), tokenizer=tokenizer, **options)
+        spec = ModelSpec.from_hf(config)
+        gen = Path(path) / "generation_config.json"
+        if "eos_token_ids" not in options and gen.is_file():
+            eos = json.loads(gen.read_text()).get("eos_token_id")
+            options["eos_token_ids"] = _ids(eos) or spec.eos_token_ids
+        return cls(spec, load_safetensors(path), tokenizer=tokenizer, **options)
 
     @classmethod
     def from_hf_model(cls, model, tokenizer=None, **options: Any) -> "PagedEngine":
         """Copy an HF causal LM's weights (the model itself is not kept)."""
         options.setdefault("device", next(model.parameters()).device)
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if "eos_token_ids" not in options and eos is not None:
+            options["eos_token_ids"] = _ids(eos)
         return cls(ModelSpec.from_hf(model.config), model.state_dict(), tokenizer=tokenizer, **options)
 
     # ---- requests ----
@@ -196,25 +201,10 @@ class PagedEngine:
         if copies:
             src, dst = zip(*copies)
             self.cache.copy_blocks(torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device))
-        # fed in order of (query length, context length): attention buckets are contiguous and tight
-        order = sorted(scheduled, key=lambda s: (s.num_fed, s.start + s.num_fed))
-        input_ids: list[int] = []
-        offset: dict[int, int] = {}
-        for s in order:
-            offset[id(s)] = len(input_ids)
-            input_ids += s.input_ids
-        rows: list[int] = []  # logits rows, in the order of `scheduled`
-        for s in scheduled:
-            if s.samples:
-                end = offset[id(s)] + s.num_fed
-                rows.extend(range(end - 1 - len(s.draft_ids), end))
-        meta = build_metadata(
-            [s.start for s in order], [s.num_fed for s in order], [s.seq.block_table for s in order],
-            [s.write_kv for s in order], self.block_size, self.device, self.spec.sliding_windows,
+        ids, meta, keep = prepare_inputs(
+            scheduled, self.block_size, self.device, self.spec.sliding_windows,
             self.spec.num_heads // self.spec.num_kv_heads, self.dtype, self._max_bucket_keys,
         )
-        ids = torch.tensor(input_ids, dtype=torch.long).to(self.device)
-        keep = None if rows == list(range(len(input_ids))) else torch.tensor(rows, dtype=torch.long).to(self.device)
         try:
             return self.model.forward(ids, meta, self.cache, keep)
         except BaseException:
@@ -342,6 +332,10 @@ class PagedEngine:
             "max_model_len": self.max_model_len,
             "num_preemptions": self.scheduler.num_preemptions,
         }
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (() if value is None else (int(value),))
 
 
 def _hits_stop_string(tokenizer, ids: list[int], stop: Sequence[str]) -> bool:

@@ -106,11 +106,12 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_num_seqs: int, max_num_batched_tokens: int,
-                 prefix_sharing: bool = True):
+                 prefix_sharing: bool = True, max_model_len: int | None = None):
         self.allocator = allocator
         self.block_size = allocator.block_size
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.prefix_sharing = prefix_sharing
+        self.max_model_len = max_model_len if max_model_len is not None else (allocator.num_blocks - 1) * self.block_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -153,7 +154,9 @@ class Scheduler:
             n = min(len(seq.tokens) - seq.num_computed, budget)
             drafts: list[int] = []
             if propose is not None and seq.prefill_done and n == 1:
-                drafts = list(propose(seq))[: max(0, budget - 1)]
+                drafts = list(propose(seq))[: max(0, min(budget - 1, self.max_model_len - len(seq.tokens)))]
+                if drafts and self._blocks_needed(seq, 1 + len(drafts)) > self.allocator.num_free:
+                    drafts = []  # drafts never preempt anything
             while not self._reserve(seq, n + len(drafts), out.copies):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -188,23 +191,27 @@ class Scheduler:
             self._index_blocks(seq, seq.num_computed + n)
         return item
 
+    def _blocks_needed(self, seq: Sequence, num_writes: int) -> int:
+        """New blocks (copy-on-write included) to write positions num_computed .. + num_writes - 1."""
+        if num_writes == 0:
+            return 0
+        first, table = seq.num_computed // self.block_size, seq.block_table
+        cow = first < len(table) and self.allocator.refs[table[first]] > 1
+        return max(-(-(seq.num_computed + num_writes) // self.block_size) - len(table), 0) + cow
+
     def _reserve(self, seq: Sequence, num_writes: int, copies: list[tuple[int, int]]) -> bool:
         """Make blocks for positions num_computed .. num_computed + num_writes - 1 writable."""
+        if self._blocks_needed(seq, num_writes) > self.allocator.num_free:
+            return False
         if num_writes == 0:
             return True
-        bs, table = self.block_size, seq.block_table
-        first = seq.num_computed // bs
-        cow = first < len(table) and self.allocator.refs[table[first]] > 1
-        new = -(-(seq.num_computed + num_writes) // bs) - len(table)
-        if self.allocator.num_free < max(new, 0) + cow:
-            return False
-        if cow:
+        table, first = seq.block_table, seq.num_computed // self.block_size
+        if first < len(table) and self.allocator.refs[table[first]] > 1:  # shared: copy before writing
             block = self.allocator.allocate()
             copies.append((table[first], block))
             self.allocator.release(table[first])
             table[first] = block
-            del seq.block_hashes[first:]
-        for _ in range(new):
+        while len(table) * self.block_size < seq.num_computed + num_writes:
             table.append(self.allocator.allocate())
         return True
 

@@ -51,6 +51,7 @@ def test_registry_and_protocol(tiny_model_dir, tiny_tokenizer):
     e = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, device="cpu")
     assert isinstance(e, SteppingEngine) and isinstance(e, PagedEngine) and e.version == 0
     assert e.dtype == torch.float32 and e.vocab_size == len(tiny_tokenizer)
+    assert e.eos_token_ids == (tiny_tokenizer.eos_token_id,) == tuple(e.model.generation_config.eos_token_id)
     assert e.kv_stats()["bytes_per_token"] == 2 * 2 * 2 * 16 * 4  # K+V x 2 layers x 2 kv heads x 16 dims x fp32
     assert make_engine(tiny_model_dir, dtype="bfloat16", device="cpu").kv_stats()["bytes_per_token"] == 256
 

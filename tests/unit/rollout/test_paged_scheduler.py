@@ -176,7 +176,7 @@ def test_max_num_seqs_limits_the_batch(model, prompts):
         c.token_ids for c in want]
 
 
-@pytest.mark.parametrize("drafts", ["right", "wrong"])
+@pytest.mark.parametrize("drafts", ["right", "wrong", "too many"])
 def test_speculative_drafts_keep_the_output(model, prompts, drafts):
     """Decodes with query length > 1 (drafts) mixed with prefills in one forward: right drafts are
     accepted (fewer steps), wrong ones rejected, and the output is the one without drafts."""
@@ -184,11 +184,15 @@ def test_speculative_drafts_keep_the_output(model, prompts, drafts):
     plain = engine(model)
     want = plain.generate(prompts, params)
     by_prompt = {tuple(p): c.token_ids for p, c in zip(prompts, want)}
-    eng = engine(model)
+    longest = max(len(p) for p in prompts) + 16
+    # "too many": 40 drafts, past max_tokens, the context limit and the free blocks: trimmed or dropped
+    eng = engine(model, num_blocks=1 + -(-longest // 4) + 3) if drafts == "too many" else engine(model)
 
     def propose(seq):
         done = seq.output_ids
         truth = by_prompt[tuple(seq.tokens[: seq.num_prompt_tokens])]
+        if drafts == "too many":
+            return list(truth[len(done):]) + [7] * 40
         guess = list(truth[len(done) : len(done) + 3])
         return guess if drafts == "right" else [(t + 1) % 300 for t in guess]
 
