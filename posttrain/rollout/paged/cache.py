@@ -105,12 +105,13 @@ class KVCache:
 
     def __init__(
         self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-        dtype: torch.dtype, device: torch.device, kv_dtype: str = "auto",
+        dtype: torch.dtype, device: torch.device, kv_dtype: str = "auto", attn_dtype: torch.dtype | None = None,
     ):
         if kv_dtype not in ("auto", "int8"):
             raise ValueError(f"kv_dtype must be 'auto' (the model dtype) or 'int8', got {kv_dtype!r}")
         self.block_size, self.num_kv_heads, self.head_dim = block_size, num_kv_heads, head_dim
         self.dtype, self.quantized = dtype, kv_dtype == "int8"
+        self.attn_dtype = attn_dtype or dtype  # gathered K/V come out in this dtype
         self._buffers: dict[str, torch.Tensor] = {}
         slots, width = num_blocks * block_size, num_kv_heads * head_dim
         store = torch.int8 if self.quantized else dtype
@@ -150,10 +151,12 @@ class KVCache:
         out = []
         for name, store in (("k", self.k[layer]), ("v", self.v[layer])):
             x = self._gather_blocks(name, store, ids)
-            if self.quantized:
-                s = self._gather_blocks(name + "_scale", (self.k_scale if name == "k" else self.v_scale)[layer], ids)
-                deq = self._workspace(name + "_deq", x.numel(), self.dtype).view_as(x)
-                x = deq.copy_(x).view(n, length, heads, dim).mul_(s.view(n, length, heads, 1))
+            if self.quantized or x.dtype != self.attn_dtype:
+                wide = self._workspace(name + "_wide", x.numel(), self.attn_dtype).view_as(x).copy_(x)
+                if self.quantized:
+                    s = self._gather_blocks(name + "_scale", (self.k_scale if name == "k" else self.v_scale)[layer], ids)
+                    wide.view(n, length, heads, dim).mul_(s.view(n, length, heads, 1))
+                x = wide
             out.append(x.view(n, length, heads, dim).transpose(1, 2))
         return out[0], out[1]
 

@@ -83,8 +83,9 @@ class PagedEngine:
         self.eos_token_ids = tuple(eos_token_ids) if eos_token_ids is not None else spec.eos_token_ids
         self.model.generation_config = SimpleNamespace(eos_token_id=list(self.eos_token_ids))
         self.allocator = BlockAllocator(num_blocks, block_size)
+        attn_dtype = torch.float32 if device.type == "cpu" else self.dtype  # bf16 attention is slow on CPU
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim,
-                             self.dtype, device, kv_dtype)
+                             self.dtype, device, kv_dtype, attn_dtype)
         self.scheduler = Scheduler(self.allocator, max_num_seqs, max_num_batched_tokens, prefix_sharing,
                                    self.max_model_len)
         # CPU: attend to ~4 MB of gathered K/V at a time (cache-sized); GPU: whole buckets
@@ -203,7 +204,7 @@ class PagedEngine:
             self.cache.copy_blocks(torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device))
         ids, meta, keep = prepare_inputs(
             scheduled, self.block_size, self.device, self.spec.sliding_windows,
-            self.spec.num_heads // self.spec.num_kv_heads, self.dtype, self._max_bucket_keys,
+            self.spec.num_heads // self.spec.num_kv_heads, self.cache.attn_dtype, self._max_bucket_keys,
         )
         try:
             return self.model.forward(ids, meta, self.cache, keep)
