@@ -27,6 +27,7 @@ drafts that became output (`Speculator.stats()`).
 
 from __future__ import annotations
 
+import threading
 from array import array
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
@@ -186,7 +187,12 @@ class SpecStats:
 class Speculator:
     """`engine.propose`: drafts for a decoding sequence while at most `max_running` sequences
     are in flight, [] otherwise. The first call of a step proposes for every decoding sequence
-    at once (a draft model batches them) and the others read the result."""
+    at once (a draft model batches them) and the others read the result.
+
+    Backoff: after m proposals in a row of which no draft was accepted, a sequence gets no
+    drafts for its next min(2^(m-1), 16) tokens (misses cost a wider forward and buy nothing;
+    an output that does not repeat stops being drafted, one that starts repeating is found
+    again within 16 tokens)."""
 
     def __init__(self, engine: Any, proposer: Proposer, k: int, max_running: int):
         if k < 1 or max_running < 1:
@@ -194,7 +200,9 @@ class Speculator:
         self.engine, self.proposer, self.k, self.max_running = engine, proposer, k, max_running
         self._ready: dict[tuple[int, int], list[int]] = {}  # (request id, length) -> drafts
         self._fed: dict[int, tuple[Any, int, list[int]]] = {}  # request id -> (seq, length, drafts)
+        self._misses: dict[int, tuple[int, int]] = {}  # request id -> (misses in a row, no drafts before length)
         self._proposals = self._proposed = self._accepted = 0
+        self._lock = threading.Lock()  # stats() may be read from another thread
 
     def __call__(self, seq: Any) -> list[int]:
         scheduler = self.engine.scheduler
@@ -204,6 +212,8 @@ class Speculator:
         key = (seq.request_id, len(seq.tokens))
         if key not in self._ready:
             batch = [s for s in scheduler.running if s.prefill_done and len(s.tokens) - s.num_computed == 1]
+            running = {s.request_id for s in scheduler.running}
+            self._misses = {rid: m for rid, m in self._misses.items() if rid in running}
             if seq not in batch:
                 batch.append(seq)
             limits = [self._limit(s) for s in batch]
@@ -216,11 +226,18 @@ class Speculator:
 
     def _limit(self, seq: Any) -> int:
         """Drafts beyond max_tokens or the context limit would be fed for nothing."""
+        misses = self._misses.get(seq.request_id)
+        if misses is not None and len(seq.tokens) < misses[1]:
+            return 0  # backing off
         left = seq.params.max_tokens - seq.num_output_tokens - 1
         return max(0, min(self.k, left, self.engine.max_model_len - 1 - len(seq.tokens)))
 
     def _settle(self) -> None:
         """Count the drafts of sequences that have run since they were proposed."""
+        with self._lock:
+            self._settle_locked()
+
+    def _settle_locked(self) -> None:
         for rid, (seq, length, drafts) in list(self._fed.items()):
             if len(seq.tokens) > length:
                 new = seq.tokens[length : length + len(drafts)]
@@ -229,6 +246,11 @@ class Speculator:
                     hit += 1
                 self._proposals, self._proposed, self._accepted = (
                     self._proposals + 1, self._proposed + len(drafts), self._accepted + hit)
+                if hit:
+                    self._misses.pop(rid, None)
+                elif seq.finish_reason is None:
+                    m = self._misses.get(rid, (0, 0))[0] + 1
+                    self._misses[rid] = (m, len(seq.tokens) + min(2 ** (m - 1), 16))
             elif seq.block_table:
                 continue  # not run yet
             del self._fed[rid]  # counted, or preempted / aborted before its drafts ran
@@ -240,15 +262,19 @@ class Speculator:
 
 def enable_speculative(engine: Any, method: str | Proposer = "ngram", *, k: int | None = None,
                        max_running: int = 4) -> Speculator:
-    """Turn on speculative decoding: `method` is "ngram" (prompt lookup) or a proposer such as
-    `DraftModelProposer`; k drafts per step at most (default 4, or the proposer's own k).
+    """Turn on speculative decoding: `method` is "ngram" (prompt lookup), "draft:PATH" (a
+    `DraftModelProposer` of the model at PATH) or a proposer object; k drafts per step at most
+    (default 4, or the proposer's own k).
     Drafts only while at most `max_running` sequences are in flight. Returns the Speculator
     (also `engine.propose`), whose `stats()` counts drafts fed and accepted."""
     if isinstance(method, str):
-        if method != "ngram":
-            raise ValueError(f"enable_speculative: method must be 'ngram' or a proposer (DraftModelProposer); "
-                             f"got {method!r}")
-        method = NgramProposer()
+        if method == "ngram":
+            method = NgramProposer()
+        elif method.startswith("draft:") and method[6:]:
+            method = DraftModelProposer(method[6:], k=k or 4)
+        else:
+            raise ConfigError(f"speculative decoding: method must be 'ngram', 'draft:PATH' or a proposer "
+                              f"(DraftModelProposer); got {method!r}")
     k = k if k is not None else getattr(method, "k", 4)
     speculator = Speculator(engine, method, k, max_running)
     method.bind(engine)

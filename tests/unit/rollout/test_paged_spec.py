@@ -14,7 +14,7 @@ import torch
 from posttrain.rollout import SamplingParams
 from posttrain.rollout.paged import PagedEngine
 from posttrain.rollout.paged.spec import (
-    DraftModelProposer, disable_speculative, enable_speculative, ngram_propose,
+    DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )
 
 PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
@@ -226,12 +226,15 @@ def test_copy_model_high_acceptance_fewer_steps(copy_model, phrase_prompts):
     assert run_steps(eng, ps, params)[2] == 60  # off again
 
 
-def test_draft_model_that_is_the_target_accepts_every_draft(looping_model, prompts, phrase_prompts):
+@pytest.mark.parametrize("given", ["model", "path"])
+def test_draft_model_that_is_the_target_accepts_every_draft(given, looping_model, tiny_model_dir, prompts,
+                                                            phrase_prompts):
     ps = [prompts[1], phrase_prompts[2], prompts[3]]
     params = [SamplingParams(temperature=0.0, max_tokens=30 - 3 * i, stop_token_ids=()) for i in range(3)]
     want = run_steps(engine(looping_model), ps, params)
     eng = engine(looping_model)
-    spec = enable_speculative(eng, DraftModelProposer(looping_model, k=3))
+    method = DraftModelProposer(looping_model, k=3) if given == "model" else f"draft:{tiny_model_dir}"
+    spec = enable_speculative(eng, method, k=3)
     got = run_steps(eng, ps, params)
     assert_same(got, want)
     s = spec.stats()
@@ -277,7 +280,7 @@ def test_draft_model_vocab_must_match(looping_model, tiny_tokenizer):
     other = AutoModelForCausalLM.from_config(tiny_config("qwen2", 300), dtype=torch.float32)
     with pytest.raises(ValueError, match="vocabulary has 300 tokens, the target's 400"):
         enable_speculative(engine(looping_model), DraftModelProposer(other))
-    with pytest.raises(ValueError, match="method must be 'ngram'"):
+    with pytest.raises(ValueError, match="method must be 'ngram', 'draft:PATH'"):
         enable_speculative(engine(looping_model), "eagle")
 
 
@@ -304,3 +307,37 @@ def test_auto_mode_no_drafts_while_many_in_flight(copy_model, phrase_prompts):
     got = run_steps(eng, ps, tail)
     assert got[0] == want[0] and got[2] < want[2]
     assert spec.stats().proposed > 0 and max(in_flight_when_drafting) <= 4
+
+
+class WrongDrafts:
+    """A proposer whose drafts are always wrong (the true next tokens + 1), logging when asked."""
+
+    def __init__(self, truth: list[int], vocab: int):
+        self.truth, self.vocab, self.asked_at = truth, vocab, []
+
+    def bind(self, engine) -> None:
+        pass
+
+    def propose_many(self, seqs, limits):
+        out = []
+        for seq, k in zip(seqs, limits):
+            if k:
+                self.asked_at.append(seq.num_output_tokens)
+            done = seq.num_output_tokens
+            out.append([(t + 1) % self.vocab for t in self.truth[done : done + k]])
+        return out
+
+
+def test_backoff_after_misses_by_hand(looping_model, prompts):
+    """Every draft misses: after the m-th miss in a row a sequence waits min(2^(m-1), 16) tokens.
+    First asked at 1 output token; the miss emits 1 token -> waits 1 -> asked at 3; then 3+1+2 = 6,
+    6+1+4 = 11, 11+1+8 = 20, 20+1+16 = 37, 54."""
+    params = [SamplingParams(temperature=0.0, max_tokens=60, stop_token_ids=())]
+    [want] = engine(looping_model).generate(prompts[:1], params)
+    eng = engine(looping_model)
+    proposer = WrongDrafts(list(want.token_ids), 400)
+    spec = enable_speculative(eng, proposer, k=2)
+    [got] = eng.generate(prompts[:1], params)
+    assert got.token_ids == want.token_ids
+    assert proposer.asked_at == [1, 3, 6, 11, 20, 37, 54]
+    assert spec.stats() == SpecStats(proposals=7, proposed=14, accepted=0)
