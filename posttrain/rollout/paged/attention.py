@@ -2,15 +2,17 @@
 
 One step feeds every scheduled sequence's new tokens as one flat batch of T tokens (a decode
 feeds 1 token, a prefill chunk many, a speculative check 1 + drafts): the matmuls and norms
-run on [T, hidden] with no padding. Attention groups the sequences by query length into
-buckets (all decodes form one bucket); per bucket and layer, each sequence's K/V blocks are
-gathered with one `index_select` (padded to the bucket's longest context with masked
-garbage) and torch's `scaled_dot_product_attention` runs with a boolean mask (causal within
-the chunk, plus the sliding window where a layer has one).
+run on [T, hidden] with no padding. Sequences are fed in order of (query length, context
+length), so sequences with the same query length are adjacent and form attention buckets
+(all plain decodes share one), split where context lengths differ a lot and, on CPU, capped
+at ~4 MB of K/V each. Per bucket and layer, the sequences' K/V blocks are gathered with one
+`index_select` per tensor into a reused workspace (padded to the bucket's longest context;
+the padding is masked) and torch's `scaled_dot_product_attention` runs with an additive mask
+(causal within the chunk, plus the sliding window where a layer has one).
 
-`build_metadata` turns the step's plan (per sequence: first position, token count, block
-table, whether to write K/V) into tensors once per step; every layer reuses them.
-"""
+`prepare_inputs` / `build_metadata` turn the step's plan (per sequence: first position, token
+count, block table, whether to write K/V) into tensors once per step; every layer reuses them.
+""""""
 
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ out: tokens whose K/V must not be written (already in a shared block) write ther
 
 `KVCache` holds per layer one K and one V tensor [num_blocks * block_size, kv_heads * head_dim]
 (2-D, so gathering a sequence's blocks is one contiguous `index_select`), in the model dtype
-or in int8 with one absmax scale per token and head (`kv_dtype="int8"`).
+or in int8 with one absmax scale per token and head (`kv_dtype="int8"`). Gathers write into
+workspaces reused across layers and steps; int8 (and, on CPU, bf16) K/V are widened there to
+the attention dtype.
 """
 
 from __future__ import annotations
