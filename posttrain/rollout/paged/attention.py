@@ -12,7 +12,7 @@ the padding is masked) and torch's `scaled_dot_product_attention` runs with an a
 
 `prepare_inputs` / `build_metadata` turn the step's plan (per sequence: first position, token
 count, block table, whether to write K/V) into tensors once per step; every layer reuses them.
-""""""
+"""
 
 from __future__ import annotations
 
