@@ -114,7 +114,10 @@ class NgramProposer:
 class DraftModelProposer:
     """A small draft model proposes k tokens per sequence, greedily, all sequences in one
     batched run of its own `PagedEngine` (built on `bind` from a path or an HF model, on the
-    target's device and dtype unless `engine_options` say otherwise; or given ready-made).
+    target's device and dtype, block_size 8, unless `engine_options` say otherwise; or given
+    ready-made). Small blocks: each call recomputes the tokens since the sequence's last full
+    block (measured, 4 sequences, all drafts accepted, k = 4: 12.7 tokens fed per call with
+    blocks of 16, 9.0 with 8, 7.0 with 4; the minimum is 5).
     Its vocabulary must be the target's (same tokenizer vocabulary when both engines have a
     tokenizer, else the same embedding size): a ConfigError (a ValueError) otherwise."""
 
@@ -130,7 +133,7 @@ class DraftModelProposer:
         if self.engine is None:
             from posttrain.rollout.paged.engine import make_engine
 
-            options = {"device": target.device, "dtype": target.dtype, "block_size": target.block_size,
+            options = {"device": target.device, "dtype": target.dtype, "block_size": 8, "max_num_seqs": 64,
                        "tokenizer": getattr(target, "tokenizer", None), **self.engine_options}
             self.engine = make_engine(self._source, **options)
         _check_same_vocab(self.engine, target)
@@ -196,7 +199,8 @@ class Speculator:
 
     def __init__(self, engine: Any, proposer: Proposer, k: int, max_running: int):
         if k < 1 or max_running < 1:
-            raise ValueError(f"enable_speculative: k and max_running must be >= 1, got k={k}, max_running={max_running}")
+            raise ConfigError(f"speculative decoding: k and max_running must be >= 1, got k={k}, "
+                              f"max_running={max_running}")
         self.engine, self.proposer, self.k, self.max_running = engine, proposer, k, max_running
         self._ready: dict[tuple[int, int], list[int]] = {}  # (request id, length) -> drafts
         self._fed: dict[int, tuple[Any, int, list[int]]] = {}  # request id -> (seq, length, drafts)
