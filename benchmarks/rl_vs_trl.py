@@ -120,23 +120,24 @@ def hook_ours() -> None:
     from posttrain.recipes import rl
     from posttrain.rollout.engine import ENGINES
 
-    original = ENGINES["hf"]
-
-    def counting_engine(*a, **kw):
-        engine, counter = original(*a, **kw), GENERATED[threading.current_thread().name]
-        generate = engine.generate
-        def counted(prompts, params):
-            counter[engine.version] += len(prompts)  # version == index of the step being collected
-            return generate(prompts, params)
-        engine.generate = counted
-        return engine
+    def counting(original):
+        def counting_engine(*a, **kw):
+            engine, counter = original(*a, **kw), GENERATED[threading.current_thread().name]
+            generate = engine.generate
+            def counted(prompts, params):
+                counter[engine.version] += len(prompts)  # version == index of the step being collected
+                return generate(prompts, params)
+            engine.generate = counted
+            return engine
+        return counting_engine
 
     class TurnLogger(rl.MetricsLogger):
         def log(self, step, metrics):
             super().log(step, metrics)
             take_turns(threading.current_thread().name)
 
-    ENGINES["hf"], rl.MetricsLogger = counting_engine, TurnLogger
+    ENGINES["hf"], ENGINES["paged"] = counting(ENGINES["hf"]), counting(ENGINES["paged"])
+    rl.MetricsLogger = TurnLogger
 
 
 def run_ours(args, out_dir: Path, dynamic_sampling: bool) -> dict:

@@ -157,11 +157,15 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
     engine: str = typer.Option("paged", "--engine", help="Rollout engine: paged (built-in) or hf (reference)."),
+    model_name: Optional[str] = typer.Option(None, "--model-name", help="Name clients use (default: the path)."),
+    enable_weight_updates: bool = typer.Option(
+        False, "--enable-weight-updates", help="Serve POST /update_weights_from_disk (loads any path a client names: 127.0.0.1 only)."),
 ) -> None:
     """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
     from posttrain.rollout.server import serve as run_server
 
-    run_server(model, host=host, port=port, engine=engine)
+    run_server(model, host=host, port=port, engine=engine, model_name=model_name,
+               enable_weight_updates=enable_weight_updates)
 
 
 @tasks_app.command("list")

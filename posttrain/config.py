@@ -192,7 +192,7 @@ class TemperatureConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    engine: Literal["hf", "paged", "remote", "vllm"] = "hf"  # posttrain/rollout/engine.py ENGINES
+    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/rollout/engine.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {kv_dtype: int8} or {base_url: ...}
     prompts_per_step: int = Field(16, gt=0)
     samples_per_prompt: int = Field(8, gt=0)  # group size

@@ -341,3 +341,17 @@ def test_backoff_after_misses_by_hand(looping_model, prompts):
     assert got.token_ids == want.token_ids
     assert proposer.asked_at == [1, 3, 6, 11, 20, 37, 54]
     assert spec.stats() == SpecStats(proposals=7, proposed=14, accepted=0)
+
+
+def test_make_engine_speculative_option(tiny_model_dir, tiny_tokenizer, prompts):
+    from posttrain.rollout.engine import ENGINES
+
+    plain = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative=None)
+    assert ENGINES["paged"](tiny_model_dir, tiny_tokenizer).propose is not None  # n-gram drafts by default
+    spec = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative="ngram", speculative_k=3,
+                            speculative_max_running=2)
+    assert plain.propose is None and spec.propose is not None and spec.propose.k == 3
+    params = [SamplingParams(temperature=0.0, max_tokens=24, stop_token_ids=())] * 2
+    assert [c.token_ids for c in spec.generate(prompts[:2], params)] == [c.token_ids for c in plain.generate(prompts[:2], params)]
+    with pytest.raises(ValueError, match="method must be"):
+        ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative="magic")

@@ -426,7 +426,7 @@ def test_text_stream_decodes_incrementally_and_cuts_at_stops(tiny_tokenizer):
 
 
 def test_serve_runs_a_model_directory(tiny_model_dir):
-    """`serve` (what `posttrain serve` calls) in its own process, on the HF engine."""
+    """`posttrain serve` in its own process, on the paged engine."""
     from posttrain.errors import ConfigError
     from posttrain.rollout.server import serve
 
@@ -435,9 +435,8 @@ def test_serve_runs_a_model_directory(tiny_model_dir):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    code = (f"from posttrain.rollout.server import serve; "
-            f"serve({tiny_model_dir!r}, port={port}, engine='hf', model_name='tiny', log_level='warning')")
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", "--model", tiny_model_dir, "--port",
+                             str(port), "--engine", "paged", "--model-name", "tiny"])
     try:
         deadline = time.monotonic() + 120
         while True:
