@@ -108,10 +108,11 @@ def rl_config(args, out_dir: Path, dynamic_sampling: bool) -> RLConfig:
         dynamic_sampling=DynamicSamplingConfig(enabled=dynamic_sampling),
         optim=OptimConfig(lr=args.lr, warmup_steps=0, schedule="constant"),
         train=RLTrainConfig(steps=args.steps, eval_every=args.steps + 1, save_every=args.steps + 1,
-                            threads=args.threads),
+                            threads=args.ours_threads),
         logging=LoggingConfig(tensorboard=False, progress=False))
 
 
+TRL_THREADS = [1]  # torch threads for TRL's steps (set at each step begin)
 GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # run -> step -> count
 
 
@@ -221,6 +222,7 @@ def run_trl(args, out_dir: Path) -> dict:
             take_turns(threading.current_thread().name)  # set-up done: pass the turn
 
         def on_step_begin(self, a, state, control, **kw):
+            torch.set_num_threads(TRL_THREADS[0])  # ours may have left another count (threads are per process)
             self.started = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
@@ -363,6 +365,8 @@ def main() -> None:
                                 ("--lr", float, 2e-5), ("--max-tokens", int, 64)):
         p.add_argument(flag, type=kind, default=default)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: 2 threads stall 10-40x on a busy machine)")
+    p.add_argument("--ours-threads", default=None,
+                   help="ours: an int, or auto (rollout and update each pick 1 or --threads by measured time); default --threads")
     p.add_argument("--eval-n", type=int, default=200, help="held-out tasks per domain for the final pass@1 (0: skip)")
     p.add_argument("--out", default="runs/bench/rl_vs_trl")
     p.add_argument("--only", default="ours_nods,ours,trl", help="comma list of ours_nods, ours, trl")
@@ -371,6 +375,9 @@ def main() -> None:
         sys.exit(f"error: no model at {args.model!r}: run `make demo` first (it builds runs/quickstart/sft/final)")
     load_start = os.getloadavg()
     torch.set_num_threads(args.threads)
+    TRL_THREADS[0] = args.threads
+    args.ours_threads = args.threads if args.ours_threads is None else (
+        "auto" if args.ours_threads == "auto" else int(args.ours_threads))
     torch.manual_seed(0)
     log(f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average "
         f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} (the machine is shared with other jobs)")

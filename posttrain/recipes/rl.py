@@ -121,7 +121,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
-    tuner = ThreadTuner() if t.threads == "auto" else None
+    # threads "auto": rollout and update each get the thread count measured faster for them (small
+    # decode batches often run faster on one thread; the update's matmuls on two)
+    tuner, rollout_tuner = (ThreadTuner(), ThreadTuner()) if t.threads == "auto" else (None, None)
     if isinstance(t.threads, int):
         torch.set_num_threads(t.threads)
     device = pick_device()
@@ -189,12 +191,13 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         while step < t.steps:
             started = time.perf_counter()
             index = step  # this step's 0-based index (step counts finished steps below)
-            threads = tuner.start(index) if tuner is not None else torch.get_num_threads()
+            rollout_threads = rollout_tuner.start(index) if rollout_tuner is not None else torch.get_num_threads()
             temperature = temperature_at(step, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
                                          start=cfg.rollout.temperature.start, end=cfg.rollout.temperature.end,
                                          schedule=cfg.rollout.temperature.schedule)
             ctx.verifier_errors.clear()
             groups, metrics = collect_groups(ctx, step, temperature)
+            threads = tuner.start(index) if tuner is not None else torch.get_num_threads()
             generated = metrics.pop("all_groups")
             metrics.update(domain_metrics(groups, generated))
             if not groups:
@@ -236,9 +239,10 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             for line in warnings + alerts:
                 console.print(f"[yellow]warning:[/] step {step}: {line}", highlight=False)
             metrics["time/step"] = time.perf_counter() - started
-            metrics["threads"] = threads
+            metrics["threads"], metrics["rollout_threads"] = threads, rollout_threads
             if tuner is not None:
-                tuner.record(index, threads, metrics["time/step"] - metrics.get("time/eval", 0.0))
+                rollout_tuner.record(index, rollout_threads, metrics["time/rollout"])
+                tuner.record(index, threads, metrics["time/step"] - metrics.get("time/eval", 0.0) - metrics["time/rollout"])
             logger.log(step, metrics)
             bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)
