@@ -93,6 +93,15 @@ class SteppingEngine(Engine, Protocol):
     def has_unfinished(self) -> bool: ...
 
 
+def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> None:
+    """The checks every `generate` makes first: one SamplingParams per prompt, no empty prompt."""
+    if len(prompts) != len(params):
+        raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"generate: prompt {i} is empty")
+
+
 def sample_next(
     logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
     min_p: torch.Tensor | None = None,

@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch
 
 _SEED_RANGE = 2**63 - 1  # as HFEngine
 _RETRY_STATUS = {408, 429, 502, 503, 504}
@@ -171,11 +171,7 @@ class RemoteEngine:
         return parse_choice(choices[0], self.tokenizer)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"generate: prompt {i} is empty")
+        check_batch(prompts, params)
         seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
         bodies = []
         for prompt, p, seed in zip(prompts, params, seeds):

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +132,7 @@ class VLLMEngine:
         self._warned = False
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"generate: prompt {i} is empty")
+        check_batch(prompts, params)
         caveat = next((c for p in params if (c := logprob_caveat(p, self.logprobs_mode))), None)
         if caveat and not self._warned:
             log.warning("vllm engine: logprobs differ from the sampler contract: %s", caveat)

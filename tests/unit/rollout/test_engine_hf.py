@@ -15,25 +15,6 @@ import torch
 
 from posttrain.rollout import ENGINES, Completion, Engine, HFEngine, SamplingParams, sample_next
 
-PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
-
-
-@pytest.fixture(scope="module")
-def sharp_model(tiny_model_dir):
-    from posttrain.train.model import load_model
-
-    model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(10.0)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny_tokenizer):
-    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPT_TEXTS]
-
 
 @pytest.fixture(scope="module")
 def engine(sharp_model, tiny_tokenizer):

@@ -20,8 +20,6 @@ from posttrain.rollout.paged.config import ModelSpec, rope_tables
 from posttrain.rollout.paged.model import load_safetensors
 from posttrain.train.model import quiet_hf_progress
 
-PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
-
 
 def sharpen(model, factor: float = 10.0):
     with torch.no_grad():
@@ -40,11 +38,6 @@ def build(family: str, vocab: int, **extra):
     kw.update(extra)
     torch.manual_seed(0)
     return sharpen(AutoModelForCausalLM.from_config(cls(**kw), dtype=torch.float32))
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny_tokenizer):
-    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPT_TEXTS]
 
 
 def hf_greedy(model, prompts, n):

@@ -11,24 +11,10 @@ from posttrain.rollout import SamplingParams
 from posttrain.rollout.paged import PagedEngine
 from posttrain.rollout.paged.cache import BlockAllocator, block_key
 
-PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
-
 
 @pytest.fixture(scope="module")
-def model(tiny_model_dir):
-    from posttrain.train.model import load_model
-
-    m = load_model(tiny_model_dir, "float32", torch.device("cpu"))
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:
-                p.mul_(10.0)
-    return m.eval()
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny_tokenizer):
-    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPT_TEXTS]
+def model(sharp_model):
+    return sharp_model
 
 
 def engine(model, **options) -> PagedEngine:

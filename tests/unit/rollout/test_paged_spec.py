@@ -17,7 +17,6 @@ from posttrain.rollout.paged.spec import (
     DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )
 
-PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
 PHRASE = "We add 12 and 34 to get"  # 8 distinct tokens with the tiny tokenizer
 
 
@@ -138,11 +137,6 @@ def copy_model(tiny_tokenizer):
         m.model.embed_tokens.weight.copy_(emb)
         m.lm_head.weight.copy_(0.15 * emb[before])
     return m
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny_tokenizer):
-    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPT_TEXTS]
 
 
 @pytest.fixture(scope="module")

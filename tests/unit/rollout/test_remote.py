@@ -54,18 +54,6 @@ def running(app, sock: socket.socket | None = None, delay_s: float = 0.0):
 
 
 @pytest.fixture(scope="module")
-def sharp_model(tiny_model_dir):
-    from posttrain.train.model import load_model
-
-    model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(10.0)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
 def prompts(tiny_tokenizer):
     return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPTS]
 

@@ -137,18 +137,6 @@ class PlainEngine:
 
 
 @pytest.fixture(scope="module")
-def sharp_model(tiny_model_dir):
-    from posttrain.train.model import load_model
-
-    model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(10.0)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
 def hf(sharp_model, tiny_tokenizer):
     """A server over an HFEngine (forward passes counted) and a reference engine on the same weights."""
     engine = HFEngine(copy.deepcopy(sharp_model), pad_token_id=0, tokenizer=tiny_tokenizer)
