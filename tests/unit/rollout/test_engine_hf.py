@@ -8,27 +8,17 @@ use it with every matrix scaled by 10 ("sharp"): varied greedy paths, a peaked d
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
 
 from posttrain.rollout import ENGINES, Completion, Engine, HFEngine, SamplingParams, sample_next
+from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, logprob_error, same
 
 
 @pytest.fixture(scope="module")
 def engine(sharp_model, tiny_tokenizer):
     return HFEngine(copy.deepcopy(sharp_model), pad_token_id=tiny_tokenizer.pad_token_id, tokenizer=tiny_tokenizer)
-
-
-def greedy(max_tokens, **kw):
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
-
-
-def same(a: Completion, b: Completion) -> bool:
-    """Same tokens and finish; logprobs equal up to the float noise that padding adds."""
-    close = len(a.logprobs) == len(b.logprobs) and all(abs(x - y) < 1e-4 for x, y in zip(a.logprobs, b.logprobs))
-    return a.token_ids == b.token_ids and a.finish_reason == b.finish_reason and close
 
 
 def hf_generate(model, prompts, max_new_tokens, eos_ids, pad_id):
@@ -98,16 +88,7 @@ def test_logprobs_equal_full_forward(sharp_model, engine, prompts, temperature):
         SamplingParams(temperature=0.0, max_tokens=7),  # greedy reports T=1 logprobs
     ]
     outs = engine.generate(prompts, params)
-    worst = 0.0
-    for prompt, p, c in zip(prompts, params, outs):
-        assert len(c.logprobs) == len(c.token_ids) == p.max_tokens
-        with torch.no_grad():
-            logits = sharp_model(input_ids=torch.tensor([list(prompt) + list(c.token_ids)])).logits[0].float()
-        t = p.temperature or 1.0
-        ref = torch.log_softmax(logits[len(prompt) - 1 : -1] / t, dim=-1)
-        ref = ref.gather(1, torch.tensor(c.token_ids)[:, None]).squeeze(1)
-        worst = max(worst, float((ref - torch.tensor(c.logprobs)).abs().max()))
-    assert worst <= 1e-4
+    assert logprob_error(sharp_model, prompts, params, outs) <= 1e-4
 
 
 def test_per_request_seed_is_batch_independent(sharp_model, engine, prompts):
@@ -127,22 +108,6 @@ def test_per_request_seed_is_batch_independent(sharp_model, engine, prompts):
     torch.manual_seed(0)
     assert engine.generate([prompts[2]] * 2, [SamplingParams(max_tokens=10)] * 2) == a
     assert a[0].token_ids != a[1].token_ids
-
-
-def chi_square_999(df: int) -> float:
-    """Upper 0.1% point of chi-square(df), Wilson-Hilferty approximation (z = 3.09)."""
-    c = 2.0 / (9.0 * df)
-    return df * (1.0 - c + 3.09 * math.sqrt(c)) ** 3
-
-
-def chi_square(counts: torch.Tensor, probs: torch.Tensor, n: int) -> tuple[float, int]:
-    """Pearson statistic over tokens with expected count >= 5, the rest lumped into one bin."""
-    expected = probs.double() * n
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()), int(keep.sum()) - 1
 
 
 def test_sampling_frequencies_match_softmax(sharp_model, engine, prompts):

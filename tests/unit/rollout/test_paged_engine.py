@@ -12,6 +12,7 @@ import torch
 from posttrain.rollout import ENGINES, Completion, HFEngine, SamplingParams
 from posttrain.rollout.engine import SteppingEngine
 from posttrain.rollout.paged import PagedEngine, make_engine
+from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, same
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +23,6 @@ def model(sharp_model):
 @pytest.fixture(scope="module")
 def eng(model, tiny_tokenizer):
     return PagedEngine.from_hf_model(model, tiny_tokenizer, device="cpu", block_size=4)
-
-
-def same(a: Completion, b: Completion) -> bool:
-    close = len(a.logprobs) == len(b.logprobs) and all(abs(x - y) < 1e-4 for x, y in zip(a.logprobs, b.logprobs))
-    return a.token_ids == b.token_ids and a.finish_reason == b.finish_reason and close
-
-
-def greedy(n, **kw):
-    return SamplingParams(temperature=0.0, max_tokens=n, **kw)
 
 
 def test_registry_and_protocol(tiny_model_dir, tiny_tokenizer):
@@ -105,20 +97,6 @@ def test_abort_and_requests_from_other_threads(eng, prompts):
         t.join()
     assert len(set(added)) == 8 and all(done[r] == "length" for r in added) and done[keep] == "length"
     assert eng.kv_stats()["blocks_used"] == 0
-
-
-def chi_square(counts: torch.Tensor, probs: torch.Tensor, n: int) -> tuple[float, int]:
-    expected = probs.double() * n
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]]).double()
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    return float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()), int(keep.sum()) - 1
-
-
-def chi_square_999(df: int) -> float:
-    c = 2.0 / (9.0 * df)
-    return df * (1.0 - c + 3.09 * c**0.5) ** 3
 
 
 def test_sampling_frequencies_match_softmax(model, eng, prompts):

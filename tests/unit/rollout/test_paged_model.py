@@ -19,6 +19,7 @@ from posttrain.rollout.paged.cache import dequantize_int8, quantize_int8
 from posttrain.rollout.paged.config import ModelSpec, rope_tables
 from posttrain.rollout.paged.model import load_safetensors
 from posttrain.train.model import quiet_hf_progress
+from tests.unit.rollout.engine_checks import greedy, logprob_error
 
 
 def sharpen(model, factor: float = 10.0):
@@ -51,10 +52,6 @@ def hf_greedy(model, prompts, n):
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                              do_sample=False, pad_token_id=0)
     return [tuple(row) for row in out[:, width:].tolist()]
-
-
-def greedy(n, **kw):
-    return SamplingParams(temperature=0.0, max_tokens=n, **kw)
 
 
 CASES = {
@@ -168,15 +165,7 @@ def test_logprobs_equal_full_hf_forward(tiny_model_dir, tiny_tokenizer, prompts,
         SamplingParams(temperature=0.0, max_tokens=7),  # greedy reports T=1 logprobs
     ]
     outs = eng.generate(prompts, params)
-    worst = 0.0
-    for prompt, p, c in zip(prompts, params, outs):
-        assert len(c.logprobs) == len(c.token_ids) == p.max_tokens
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([list(prompt) + list(c.token_ids)])).logits[0].float()
-        ref = torch.log_softmax(logits[len(prompt) - 1 : -1] / (p.temperature or 1.0), dim=-1)
-        ref = ref.gather(1, torch.tensor(c.token_ids)[:, None]).squeeze(1)
-        worst = max(worst, float((ref - torch.tensor(c.logprobs)).abs().max()))
-    assert worst <= 1e-4
+    assert logprob_error(model, prompts, params, outs) <= 1e-4
 
 
 def test_sharded_safetensors_and_tied_head(tiny_tokenizer, prompts, tmp_path):
