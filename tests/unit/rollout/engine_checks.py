@@ -14,6 +14,15 @@ def greedy(max_tokens: int, **kw) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
 
 
+def mixed_params(n: int, max_tokens: int) -> list[SamplingParams]:
+    """Greedy and seeded T=1/top-p 0.9 requests of different lengths (up to max_tokens)."""
+    return [
+        SamplingParams(temperature=0.0, max_tokens=max_tokens - i % 5) if i % 2 == 0
+        else SamplingParams(temperature=1.0, top_p=0.9, max_tokens=max_tokens - i % 7, seed=100 + i)
+        for i in range(n)
+    ]
+
+
 def same(a: Completion, b: Completion) -> bool:
     """Same tokens and finish; logprobs equal up to the float noise that padding adds."""
     close = len(a.logprobs) == len(b.logprobs) and all(abs(x - y) < 1e-4 for x, y in zip(a.logprobs, b.logprobs))

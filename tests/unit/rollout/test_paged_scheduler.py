@@ -9,6 +9,7 @@ import torch
 
 from posttrain.rollout import SamplingParams
 from posttrain.rollout.paged import PagedEngine
+from tests.unit.rollout.engine_checks import mixed_params
 from posttrain.rollout.paged.cache import BlockAllocator, block_key
 
 
@@ -20,15 +21,6 @@ def model(sharp_model):
 def engine(model, **options) -> PagedEngine:
     options.setdefault("block_size", 4)
     return PagedEngine.from_hf_model(model, device="cpu", **options)
-
-
-def mixed_params(n: int, max_tokens: int = 20) -> list[SamplingParams]:
-    """Greedy and seeded sampled requests with different lengths."""
-    return [
-        SamplingParams(temperature=0.0, max_tokens=max_tokens - i % 5) if i % 2 == 0
-        else SamplingParams(temperature=1.0, top_p=0.9, max_tokens=max_tokens - i % 7, seed=100 + i)
-        for i in range(n)
-    ]
 
 
 def test_block_allocator_by_hand():
@@ -129,7 +121,7 @@ def test_preemption_completes_every_request_with_identical_output(model, prompts
 
 
 def test_chunked_prefill_with_a_small_token_budget(model, prompts):
-    params = mixed_params(4)
+    params = mixed_params(4, 20)
     want = engine(model).generate(prompts, params)
     chunked = engine(model, max_num_batched_tokens=3)
     for p, sp in zip(prompts, params):
@@ -150,15 +142,15 @@ def test_chunked_prefill_with_a_small_token_budget(model, prompts):
 
 def test_max_num_seqs_limits_the_batch(model, prompts):
     eng = engine(model, max_num_seqs=2)
-    want = engine(model).generate(prompts, mixed_params(4))
-    for p, sp in zip(prompts, mixed_params(4)):
+    want = engine(model).generate(prompts, mixed_params(4, 20))
+    for p, sp in zip(prompts, mixed_params(4, 20)):
         eng.add_request(p, sp)
     widest = 0
     while eng.has_unfinished():
         eng.step()
         widest = max(widest, len(eng.scheduler.running))
     assert widest == 2
-    assert [c.token_ids for c in engine(model, max_num_seqs=2).generate(prompts, mixed_params(4))] == [
+    assert [c.token_ids for c in engine(model, max_num_seqs=2).generate(prompts, mixed_params(4, 20))] == [
         c.token_ids for c in want]
 
 

@@ -13,6 +13,7 @@ import torch
 
 from posttrain.rollout import SamplingParams
 from posttrain.rollout.paged import PagedEngine
+from tests.unit.rollout.engine_checks import mixed_params
 from posttrain.rollout.paged.spec import (
     DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )
@@ -151,15 +152,6 @@ def engine(model, **options) -> PagedEngine:
     return PagedEngine.from_hf_model(model, device="cpu", **options)
 
 
-def mixed_params(n: int, max_tokens: int = 24) -> list[SamplingParams]:
-    """Greedy and seeded T=1/top-p 0.9 requests of different lengths."""
-    return [
-        SamplingParams(temperature=0.0, max_tokens=max_tokens - i % 5) if i % 2 == 0
-        else SamplingParams(temperature=1.0, top_p=0.9, max_tokens=max_tokens - i % 7, seed=100 + i)
-        for i in range(n)
-    ]
-
-
 def run_steps(eng: PagedEngine, prompts, params) -> tuple[list[tuple[int, ...]], list[list[float]], int]:
     """Step until done -> (token ids per request, logprobs per request, number of steps)."""
     ids = [eng.add_request(p, sp) for p, sp in zip(prompts, params)]
@@ -186,7 +178,7 @@ def test_ngram_output_identical_greedy_and_sampled(which, looping_model, sharp_m
     """4 requests (2 greedy, 2 seeded T=1 top-p 0.9), prompts with and without repeats."""
     model = looping_model if which == "looping" else sharp_model
     ps = [prompts[0], phrase_prompts[0], prompts[1], phrase_prompts[1]]
-    params = mixed_params(4)
+    params = mixed_params(4, 24)
     want = run_steps(engine(model), ps, params)
     eng = engine(model)
     spec = enable_speculative(eng, "ngram", k=4, max_running=4)
@@ -242,7 +234,7 @@ def test_draft_model_different_model_same_output_and_cheap_state(sharp_model, ti
     greedy and sampled. Its own cache is reused across steps: it computes the tail since its
     last full block plus k - 1 decodes per call, not each sequence's whole context."""
     ps = [prompts[1], phrase_prompts[3], prompts[3], phrase_prompts[0]]
-    params = mixed_params(4)
+    params = mixed_params(4, 24)
     want = run_steps(engine(sharp_model), ps, params)
     proposer = DraftModelProposer(_scaled(tiny_model_dir, 9.0), k=4, block_size=4)
     eng = engine(sharp_model)
