@@ -12,9 +12,11 @@ Why the solution cannot forge a pass (see posttrain/verifiers/code.py for the wh
 
 Modes: "function" (HumanEval `check(candidate)`, MBPP assert lists, module-level asserts) and
 "stdio" (input/expected-output pairs; the program's output is compared here, in `judge_stdio.py`).
-The program sent is this file, then `judge_stdio.py`, then `main()` (see harness/__init__.py).
+The program sent is this file, codec.py (`_enc`, `_dec`), judge_stdio.py, then `main()` (see
+harness/__init__.py).
 """
 
+# ruff: noqa: F821  (codec.py and judge_stdio.py follow this source in the program)
 import ctypes
 import os
 import sys
@@ -24,12 +26,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _here and not p.startswith("/work")]
 
 import ast  # noqa: E402  (after the path is cleaned: nothing importable from the work dir)
-import base64  # noqa: E402
 import builtins  # noqa: E402
 import hashlib  # noqa: E402
 import hmac  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -56,58 +56,6 @@ def _alarm(signum, frame):
 
 
 signal.signal(signal.SIGALRM, _alarm)
-
-
-def _dec(v, depth=0):
-    """Plain data from the runner -> fresh builtin objects (strict: anything else is an error)."""
-    if depth > 200:
-        raise ValueError("value nested too deeply")
-    if v is None or type(v) in (bool, int, float, str):
-        return v
-    if type(v) is list:
-        return [_dec(x, depth + 1) for x in v]
-    if type(v) is dict and len(v) == 1:
-        (tag, x), = v.items()
-        if tag == "$t" and type(x) is list:
-            return tuple(_dec(y, depth + 1) for y in x)
-        if tag in ("$s", "$fs") and type(x) is list:
-            items = [_dec(y, depth + 1) for y in x]
-            return set(items) if tag == "$s" else frozenset(items)
-        if tag == "$d" and type(x) is list:
-            return {_dec(p[0], depth + 1): _dec(p[1], depth + 1) for p in x if type(p) is list and len(p) == 2}
-        if tag == "$b" and type(x) is str:
-            return base64.b64decode(x, validate=True)
-        if tag == "$c" and type(x) is list and len(x) == 2:
-            return complex(float(_dec(x[0])), float(_dec(x[1])))
-        if tag == "$f" and x in ("nan", "inf", "-inf"):
-            return float(x)
-        if tag == "$it" and type(x) is list:
-            return iter([_dec(y, depth + 1) for y in x])
-    raise ValueError(f"malformed value from the solution: {str(v)[:80]}")
-
-
-def _enc(v, depth=0):
-    if depth > 200:
-        raise ValueError("argument nested too deeply")
-    if v is None or type(v) in (bool, int, str):
-        return v
-    if type(v) is float:
-        return v if math.isfinite(v) else {"$f": repr(v)}
-    if isinstance(v, list):
-        return [_enc(x, depth + 1) for x in v]
-    if isinstance(v, tuple):
-        return {"$t": [_enc(x, depth + 1) for x in v]}
-    if isinstance(v, (set, frozenset)):
-        return {"$fs" if isinstance(v, frozenset) else "$s": [_enc(x, depth + 1) for x in v]}
-    if isinstance(v, dict):
-        return {"$d": [[_enc(k, depth + 1), _enc(x, depth + 1)] for k, x in v.items()]}
-    if isinstance(v, (bytes, bytearray)):
-        return {"$b": base64.b64encode(bytes(v)).decode()}
-    if isinstance(v, complex):
-        return {"$c": [_enc(v.real), _enc(v.imag)]}
-    if isinstance(v, int):  # bool/int subclasses from the tests (e.g. IntEnum)
-        return int(v)
-    raise TypeError(f"cannot pass a {type(v).__name__} to the solution")
 
 
 def _raise(name, msg):
