@@ -147,7 +147,7 @@ class Rescored:
     """A source whose tasks are scored the domain's way: other verifiers than the ones they name
     (`verifiers`, None keeps theirs), per-verifier options and the rule that combines several
     verifiers (both recorded in each task's metadata, where `verifier_options` and
-    `combined_score` read them)."""
+    `task_score` read them)."""
 
     def __init__(self, source: Source, verifiers: Sequence[str] | None, options: dict | None = None,
                  combine: str = "mean", weights: dict[str, float] | None = None):

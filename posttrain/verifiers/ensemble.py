@@ -35,7 +35,7 @@ def combine(
 ) -> float | None:
     """One task score from the verifiers' scores, None when no verifier judged.
 
-    mean      the plain mean of the values (the registry's `task_score`)
+    mean      the plain mean of the values (the default of the registry's `task_score`)
     all       1.0 iff every value >= threshold, else 0.0
     any       1.0 iff some value >= threshold
     majority  1.0 iff strictly more than half the values >= threshold (a tie fails)

@@ -16,6 +16,7 @@ import numbers
 from typing import Callable
 
 from posttrain.errors import ConfigError
+from posttrain.verifiers.ensemble import combine
 from posttrain.types import Score, Task, Trajectory
 
 Verifier = Callable[[Task, Trajectory], "Score | None"]
@@ -104,15 +105,8 @@ def run_verifiers_many(task: Task, trajs: list[Trajectory]) -> list[tuple[list[S
 def task_score(scores: list[Score], task: Task | None = None) -> float | None:
     """The raw task score: the verifiers' values combined by the task's rule (metadata `combine`:
     mean (default) | all | any | majority | weights, with `verifier_weights`); None when none judged."""
-    if not scores:
-        return None
     meta = task.metadata if task is not None else {}
-    rule = meta.get("combine", "mean")
-    if rule == "mean":
-        return sum(s.value for s in scores) / len(scores)
-    from posttrain.verifiers.ensemble import combine
-
-    return combine(scores, rule, weights=meta.get("verifier_weights"))
+    return combine(scores, meta.get("combine", "mean"), weights=meta.get("verifier_weights"))
 
 
 def _load_builtins() -> None:
