@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams, sample_next
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch, sample_next
 
 _SEED_RANGE = 2**63 - 1
 
@@ -122,12 +122,9 @@ class HFEngine:
     # ---- generation ----
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
+        check_batch(prompts, params)
         vocab = self.model.get_input_embeddings().num_embeddings
         for i, (prompt, p) in enumerate(zip(prompts, params)):
-            if len(prompt) == 0:
-                raise ValueError(f"generate: prompt {i} is empty")
             if min(prompt) < 0 or max(prompt) >= vocab:
                 raise ValueError(f"generate: prompt {i} has a token id outside the vocabulary [0, {vocab})")
             if p.stop and self.tokenizer is None:

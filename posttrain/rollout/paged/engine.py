@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, sample_next
+from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, check_batch, sample_next
 from posttrain.rollout.paged.attention import prepare_inputs
 from posttrain.rollout.paged.cache import BlockAllocator, KVCache
 from posttrain.rollout.paged.config import ModelSpec, resolve_dtype
@@ -284,8 +284,7 @@ class PagedEngine:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
         """Add every request, step until all are finished (run no other step loop meanwhile)."""
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} SamplingParams (one per prompt)")
+        check_batch(prompts, params)
         for i, (prompt, p) in enumerate(zip(prompts, params)):
             try:
                 self._check([int(t) for t in prompt], p, "generate")
