@@ -38,7 +38,7 @@ import os
 import re
 import secrets
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from posttrain.sandbox import LocalSandbox, RunRequest, Sandbox
 from posttrain.types import Score, Task, Trajectory
@@ -57,7 +57,6 @@ class CodeResult:
     error: str | None = None  # why tests could not all run (program failed, timed out, no verdict, ...)
     events: tuple[str, ...] = ()  # violations: timeout, early_exit, touched_tests, forged_verdict, sandbox events
     judged: bool = True  # False when the task's own tests are broken (not the solution's fault)
-    details: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
