@@ -182,6 +182,23 @@ class DomainConfig(Strict):
     # how several verifiers' scores become the task score: mean | all | any | majority | weights
     combine: Literal["mean", "all", "any", "majority", "weights"] = "mean"
     verifier_weights: dict[str, float] | None = None  # for combine: weights
+    # per-verifier pass thresholds (value >= t passes; others 0.5): inline {name: t}, or the path of
+    # the file `posttrain verify calibrate` writes. A path is read and checked here, when the config
+    # is loaded, and replaced by its values, so the saved config holds the thresholds the run used.
+    verifier_thresholds: dict[str, float] | str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_thresholds(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("verifier_thresholds") is not None:
+            from posttrain.verifiers.calibrate import resolve_thresholds
+
+            try:
+                resolved = resolve_thresholds(data["verifier_thresholds"])
+            except ConfigError as e:
+                raise ValueError(f"verifier_thresholds: {e}") from None
+            data = {**data, "verifier_thresholds": resolved}
+        return data
 
 
 class TemperatureConfig(Strict):

@@ -145,22 +145,27 @@ class Mixture:
 
 class Rescored:
     """A source whose tasks are scored the domain's way: other verifiers than the ones they name
-    (`verifiers`, None keeps theirs), per-verifier options and the rule that combines several
-    verifiers (both recorded in each task's metadata, where `verifier_options` and
-    `task_score` read them)."""
+    (`verifiers`, None keeps theirs), per-verifier options, the rule that combines several
+    verifiers and per-verifier pass thresholds (all recorded in each task's metadata, where
+    `verifier_options` and `task_score` read them; options and thresholds are merged over the
+    task's own, the domain's winning). `thresholds` is {name: t} or a thresholds file's path,
+    checked here (calibrate.resolve_thresholds): a bad one fails at build time, before training."""
 
     def __init__(self, source: Source, verifiers: Sequence[str] | None, options: dict | None = None,
-                 combine: str = "mean", weights: dict[str, float] | None = None):
+                 combine: str = "mean", weights: dict[str, float] | None = None,
+                 thresholds: dict[str, float] | str | None = None):
         from posttrain.verifiers import get_verifier
+        from posttrain.verifiers.calibrate import resolve_thresholds
 
         if verifiers is not None and not verifiers:
             raise ConfigError(f"domain {source.domain!r}: 'verifiers' is empty; name at least one or leave it unset")
         for name in list(verifiers or []) + list(options or {}):
             get_verifier(name)  # unknown names fail at build time, with suggestions
+        thresholds = resolve_thresholds(thresholds, f"domain {source.domain!r}: verifier_thresholds")
         self.source, self.domain = source, source.domain
         self.verifiers = tuple(verifiers) if verifiers is not None else None
         self.meta = {k: v for k, v in (("verifier_options", options), ("combine", combine if combine != "mean" else None),
-                                       ("verifier_weights", weights)) if v}
+                                       ("verifier_weights", weights), ("verifier_thresholds", thresholds)) if v}
 
     def _swap(self, tasks: list[Task]) -> list[Task]:
         out = []
@@ -168,6 +173,9 @@ class Rescored:
             meta = {**t.metadata, **self.meta}
             if "verifier_options" in self.meta:
                 meta["verifier_options"] = {**t.metadata.get("verifier_options", {}), **self.meta["verifier_options"]}
+            if "verifier_thresholds" in self.meta:
+                meta["verifier_thresholds"] = {**(t.metadata.get("verifier_thresholds") or {}),
+                                               **self.meta["verifier_thresholds"]}
             out.append(replace(t, verifiers=self.verifiers or t.verifiers, metadata=meta))
         return out
 
@@ -186,13 +194,15 @@ class Rescored:
 
 def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set;
-    `verifiers`, when set, replace the ones the domain's tasks name)."""
+    `verifiers`, when set, replace the ones the domain's tasks name; `verifier_thresholds` set
+    their pass thresholds)."""
     sources: list[Source] = []
     for d in domains:
         if d.path is not None:
             source: Source = JsonlSource(d.name, d.path, seed, d.eval_tasks)
         else:
             source = GymSource(d.name, d.options, task_seed, d.eval_tasks)
-        custom = d.verifiers is not None or d.verifier_options or d.combine != "mean"
-        sources.append(Rescored(source, d.verifiers, d.verifier_options, d.combine, d.verifier_weights) if custom else source)
+        custom = d.verifiers is not None or d.verifier_options or d.combine != "mean" or d.verifier_thresholds
+        sources.append(Rescored(source, d.verifiers, d.verifier_options, d.combine, d.verifier_weights,
+                                d.verifier_thresholds) if custom else source)
     return Mixture(sources, [d.weight for d in domains], seed)

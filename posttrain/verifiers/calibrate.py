@@ -1,7 +1,8 @@
 """Calibration: how well each verifier agrees with human labels from a spot check.
 
     report = calibrate("runs/rl1", "runs/rl1/spotcheck/spotcheck.jsonl")  # also writes calibration.json
-    print(format_calibration(report))
+    print(format_calibration(report))                  # and runs/rl1/verifier_thresholds.json
+    thresholds = resolve_thresholds("runs/rl1/verifier_thresholds.json")   # {name: t}, checked
 
 The labels file is `spotcheck.jsonl` with "label" filled in by a human: true/false, 1/0, or
 "correct"/"wrong" (also "true"/"false", "yes"/"no", "incorrect"; any case). A line whose label is
@@ -15,6 +16,21 @@ where it has a numeric value:
 (None when the denominator is 0; f1 = 2tp/(2tp+fp+fn), None when precision or recall is). For a score-valued
 verifier (some value strictly between 0 and 1) also "suggested": the threshold among the values
 seen that maximises F1 (ties -> the higher threshold) with its precision, recall and f1.
+
+The thresholds file (`verifier_thresholds.json` in the run directory unless told otherwise) holds
+the suggested threshold of every score-valued verifier; binary verifiers (values 0/1 only) get
+none, since any threshold in (0, 1] gives them the same verdicts, and the combined score is not a
+verifier. Format:
+    {"thresholds": {"llm_judge": 0.4},                       # what is applied
+     "measured": {"llm_judge": {"n": 8, "precision": 0.6, "recall": 0.75, "f1": 0.667}},
+     "labels": "runs/rl1/spotcheck/spotcheck.jsonl", "labelled": 9}
+"measured" is that threshold's precision/recall/F1 on the labels, for the reader; only
+"thresholds" is read back. A domain applies the file with `verifier_thresholds: PATH` (or an
+inline `{name: t}`) in its task-mixture entry, and a verifier then passes when value >= t
+(ensemble.py says what a threshold does under the mean/weights rules). `resolve_thresholds` reads
+and checks either form: a hand-written file may also be the flat `{name: t}` object. Bad input is a
+one-line ConfigError: a missing or corrupt file names the file, a verifier that is not registered
+names it and lists the registered ones, a threshold that is not a number in [0, 1] names its key.
 """
 
 from __future__ import annotations
@@ -23,10 +39,11 @@ import io
 import json
 from pathlib import Path
 
-from posttrain.errors import DataError
+from posttrain.errors import ConfigError, DataError
 from posttrain.fsio import write_text_atomic
 
 THRESHOLD = 0.5
+THRESHOLDS_FILE = "verifier_thresholds.json"  # in the run directory
 _TRUE = {"correct", "true", "yes", "1", "right", "pass"}
 _FALSE = {"wrong", "false", "no", "0", "incorrect", "fail"}
 
@@ -127,8 +144,11 @@ def resolve_labels(run_dir: str | Path, labels_path: str | Path | None) -> Path:
     return p
 
 
-def calibrate(run_dir: str | Path, labels_path: str | Path | None = None) -> dict:
-    """The calibration report (see the module docstring); written to calibration.json beside the labels."""
+def calibrate(run_dir: str | Path, labels_path: str | Path | None = None,
+              thresholds_out: str | Path | None = None) -> dict:
+    """The calibration report (see the module docstring); written to calibration.json beside the
+    labels, and the thresholds file to `thresholds_out` (default RUN_DIR/verifier_thresholds.json),
+    whose path the report gives under "thresholds_file"."""
     path = resolve_labels(run_dir, labels_path)
     labelled, unlabelled = read_labels(path)
     if not labelled:
@@ -152,8 +172,69 @@ def calibrate(run_dir: str | Path, labels_path: str | Path | None = None) -> dic
         "verifiers": {name: evaluate(pairs) for name, pairs in sorted(per.items())},
         "combined": evaluate(combined) if combined else None,
     }
+    out = Path(thresholds_out) if thresholds_out is not None else Path(run_dir) / THRESHOLDS_FILE
+    report["thresholds_file"] = str(out)
     write_text_atomic(path.parent / "calibration.json", json.dumps(report, indent=2) + "\n")
+    write_text_atomic(out, json.dumps(thresholds_document(report), indent=2) + "\n")
     return report
+
+
+def thresholds_document(report: dict) -> dict:
+    """The thresholds file's content for a calibration report (format in the module docstring)."""
+    thresholds, measured = {}, {}
+    for name, r in report["verifiers"].items():
+        if s := r.get("suggested"):
+            thresholds[name] = s["threshold"]
+            measured[name] = {"n": r["n"], "precision": s["precision"], "recall": s["recall"], "f1": s["f1"]}
+    return {"thresholds": thresholds, "measured": measured, "labels": report["labels"],
+            "labelled": report["labelled"]}
+
+
+def check_thresholds(mapping, where: str = "") -> dict[str, float]:
+    """{verifier: threshold} as floats, each verifier registered and each threshold in [0, 1];
+    a one-line ConfigError prefixed with `where` (a file, or a config key) otherwise."""
+    from posttrain.verifiers.registry import get_verifier
+
+    at = f"{where}: " if where else ""
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{at}expected a mapping of verifier name -> threshold, got {type(mapping).__name__}")
+    out = {}
+    for name, value in mapping.items():
+        try:
+            get_verifier(str(name))
+        except ConfigError as e:
+            raise ConfigError(f"{at}threshold for a verifier that is not registered: {e}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{at}threshold {name!r} must be a number in [0, 1], got {value!r}")
+        out[str(name)] = float(value)
+    return out
+
+
+def read_thresholds(path: str | Path) -> dict[str, float]:
+    """The checked {verifier: threshold} of a thresholds file (its "thresholds", or a flat object)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read thresholds file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"thresholds file {path}: not UTF-8 text") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"thresholds file {path}: not valid JSON ({str(e)[:80]})") from None
+    if isinstance(doc, dict) and "thresholds" in doc:
+        doc = doc["thresholds"]
+    return check_thresholds(doc, f"thresholds file {path}")
+
+
+def resolve_thresholds(value, where: str = "") -> dict[str, float] | None:
+    """A domain's `verifier_thresholds`: None stays None, a str is a thresholds file to read, a
+    mapping is checked inline; the result is a checked {verifier: threshold}."""
+    if value is None:
+        return None
+    if isinstance(value, (str, Path)):
+        return read_thresholds(value)
+    return check_thresholds(value, where)
 
 
 def _f(x) -> str:

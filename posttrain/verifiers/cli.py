@@ -3,7 +3,8 @@
     posttrain verify code --tasks TASKS.jsonl --completions COMPLETIONS.jsonl --out RESULTS.jsonl
     posttrain verify math --pairs PAIRS.jsonl --out RESULTS.jsonl
     posttrain verify spotcheck RUN_DIR --n 50          # -> RUN_DIR/spotcheck/spotcheck.{html,jsonl}
-    posttrain verify calibrate RUN_DIR --labels FILE   # precision / recall per verifier, thresholds
+    posttrain verify calibrate RUN_DIR --labels FILE   # precision / recall per verifier, and
+                                                       # RUN_DIR/verifier_thresholds.json
 
 Bad input (a broken line, a missing file) is one error line naming the file and line (exit 2).
 """
@@ -72,10 +73,20 @@ def spotcheck(
 def calibrate(
     run_dir: str = typer.Argument(..., help="The run directory the labels came from."),
     labels: Optional[str] = typer.Option(None, "--labels", help="Labelled spot-check JSONL (default RUN_DIR/spotcheck/spotcheck.jsonl)."),
+    thresholds_out: Optional[str] = typer.Option(
+        None, "--thresholds-out",
+        help="Where to write {verifier: F1-best threshold} for the score-valued verifiers "
+             "(default RUN_DIR/verifier_thresholds.json); apply it with a domain's "
+             "`verifier_thresholds: FILE` in the RL config."),
 ) -> None:
-    """Precision and recall of each verifier against human labels; thresholds for scored verifiers."""
+    """Precision and recall of each verifier against human labels; writes F1-best thresholds for
+    score-valued verifiers to a file a domain's `verifier_thresholds` applies."""
     from posttrain.verifiers.calibrate import calibrate as run_calibrate
-    from posttrain.verifiers.calibrate import format_calibration
+    from posttrain.verifiers.calibrate import format_calibration, thresholds_document
 
-    report = run_calibrate(run_dir, labels)
+    report = run_calibrate(run_dir, labels, thresholds_out)
     print(format_calibration(report))
+    thresholds = thresholds_document(report)["thresholds"]
+    shown = ", ".join(f"{k}={v:.3g}" for k, v in thresholds.items()) or "none (no score-valued verifier)"
+    err.print(f"[bold green]thresholds[/]: {shown} -> {report['thresholds_file']}\n"
+              f"apply them with `verifier_thresholds: {report['thresholds_file']}` on a domain under `tasks:`")

@@ -2,12 +2,25 @@
 
     combine(scores, "mean")                     # today's raw task score (the mean), None if no scores
     combine(scores, "majority", threshold=0.5)  # 1.0 / 0.0 verdict
+    combine(scores, "all", thresholds={"llm_judge": 0.7})   # per-verifier pass thresholds
     pairwise_agreement(score_sets)              # {("a", "b"): (agreements, comparisons)}
     disagreement_rate(score_sets)               # share of multi-verdict trajectories not unanimous
     tracker = DisagreementTracker(); tracker.add(domain, task_id, completion, scores)
     tracker.metrics(); tracker.warnings(); tracker.reset()      # once per RL step
 
-A verifier's verdict is pass when its value >= threshold. Everything here is pure (no I/O).
+A verifier's verdict is pass when its value >= its threshold: `thresholds[name]` when given
+(per-verifier thresholds, e.g. from `posttrain verify calibrate`, see calibrate.py), else the
+common `threshold` (0.5). Everything here is pure (no I/O).
+
+What a per-verifier threshold means for the score rules (mean, weights): the value of a verifier
+that has a threshold is binarised there (1.0 when value >= threshold, else 0.0) before it is
+averaged; a verifier without one enters with its raw value, as before. Why binarise rather than
+leave mean/weights alone: a calibrated threshold is a statement that this verifier's value means
+"correct" at and above t and "wrong" below it, as measured against human labels. Passing the raw
+0.6 of a verifier calibrated at 0.7 into a mean would pay partial credit for an answer the
+calibration says is wrong, and a threshold that silently does nothing under the default rule
+would be a setting that looks applied but is not. A verifier whose partial credit is wanted (e.g.
+code's fraction of tests passed) should simply not be given a threshold.
 """
 
 from __future__ import annotations
@@ -22,8 +35,16 @@ from posttrain.types import Score
 RULES = ("mean", "all", "any", "majority", "weights")
 
 
-def _passes(scores: Sequence[Score], threshold: float) -> list[bool]:
-    return [s.value >= threshold for s in scores]
+def _passes(scores: Sequence[Score], threshold: float, thresholds: Mapping[str, float] | None = None) -> list[bool]:
+    t = thresholds or {}
+    return [s.value >= t.get(s.verifier, threshold) for s in scores]
+
+
+def _value(s: Score, thresholds: Mapping[str, float] | None) -> float:
+    """The value a score rule uses: binarised at the verifier's own threshold when it has one."""
+    if thresholds and s.verifier in thresholds:
+        return float(s.value >= thresholds[s.verifier])
+    return s.value
 
 
 def combine(
@@ -32,16 +53,19 @@ def combine(
     *,
     weights: Mapping[str, float] | None = None,
     threshold: float = 0.5,
+    thresholds: Mapping[str, float] | None = None,
 ) -> float | None:
     """One task score from the verifiers' scores, None when no verifier judged.
 
     mean      the plain mean of the values (the default of the registry's `task_score`)
-    all       1.0 iff every value >= threshold, else 0.0
-    any       1.0 iff some value >= threshold
-    majority  1.0 iff strictly more than half the values >= threshold (a tie fails)
+    all       1.0 iff every value >= its threshold, else 0.0
+    any       1.0 iff some value >= its threshold
+    majority  1.0 iff strictly more than half the values >= their thresholds (a tie fails)
     weights   sum(w[v] * value) / sum(w[v]) over the verifiers present; every verifier present
               must have a weight (ConfigError naming it); weights are >= 0 and must not all be 0.
-    `weights` is read only by the "weights" rule.
+    `weights` is read only by the "weights" rule. A verifier's threshold is `thresholds[name]`,
+    else `threshold`; under mean/weights a verifier named in `thresholds` counts as 1.0/0.0 at
+    its threshold (module docstring), the others with their raw values.
     """
     if rule not in RULES:
         raise ConfigError(f"unknown verifier combine rule {rule!r}; known: {', '.join(RULES)}")
@@ -50,7 +74,7 @@ def combine(
     if not scores:
         return None
     if rule == "mean":
-        return sum(s.value for s in scores) / len(scores)
+        return sum(_value(s, thresholds) for s in scores) / len(scores)
     if rule == "weights":
         total = num = 0.0
         for s in scores:
@@ -61,12 +85,12 @@ def combine(
             if not w >= 0:
                 raise ConfigError(f"combine weight of verifier {s.verifier!r} is {w}, must be >= 0")
             total += w
-            num += w * s.value
+            num += w * _value(s, thresholds)
         if total == 0:
             names = ", ".join(sorted({s.verifier for s in scores}))
             raise ConfigError(f"combine weights of the verifiers present ({names}) sum to 0")
         return num / total
-    passed = _passes(scores, threshold)
+    passed = _passes(scores, threshold, thresholds)
     if rule == "all":
         return float(all(passed))
     if rule == "any":
@@ -74,19 +98,21 @@ def combine(
     return float(2 * sum(passed) > len(passed))  # majority
 
 
-def _verdicts(scores: Sequence[Score], threshold: float) -> dict[str, bool]:
+def _verdicts(scores: Sequence[Score], threshold: float,
+              thresholds: Mapping[str, float] | None = None) -> dict[str, bool]:
     """verifier -> pass/fail (a verifier listed twice keeps its last score)."""
-    return {s.verifier: s.value >= threshold for s in scores}
+    t = thresholds or {}
+    return {s.verifier: s.value >= t.get(s.verifier, threshold) for s in scores}
 
 
 def pairwise_agreement(
-    score_sets: Sequence[Sequence[Score]], threshold: float = 0.5
+    score_sets: Sequence[Sequence[Score]], threshold: float = 0.5, thresholds: Mapping[str, float] | None = None
 ) -> dict[tuple[str, str], tuple[int, int]]:
     """For each pair of verifiers (names sorted) that judged the same trajectory at least once:
     (trajectories where their verdicts agree, trajectories both judged)."""
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for scores in score_sets:
-        v = _verdicts(scores, threshold)
+        v = _verdicts(scores, threshold, thresholds)
         for a, b in combinations(sorted(v), 2):
             c = counts[(a, b)]
             c[0] += v[a] == v[b]
@@ -94,12 +120,13 @@ def pairwise_agreement(
     return {pair: (c[0], c[1]) for pair, c in sorted(counts.items())}
 
 
-def disagreement_rate(score_sets: Sequence[Sequence[Score]], threshold: float = 0.5) -> float | None:
+def disagreement_rate(score_sets: Sequence[Sequence[Score]], threshold: float = 0.5,
+                      thresholds: Mapping[str, float] | None = None) -> float | None:
     """Among trajectories with >= 2 verdicts, the fraction whose verdicts are not unanimous;
     None when no trajectory had 2 verdicts."""
     judged = split = 0
     for scores in score_sets:
-        v = _verdicts(scores, threshold)
+        v = _verdicts(scores, threshold, thresholds)
         if len(v) < 2:
             continue
         judged += 1
@@ -142,8 +169,11 @@ class DisagreementTracker:
         self._examples: dict[str, list[tuple[str, str, dict[str, float]]]] = defaultdict(list)
         self._pairs: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
 
-    def add(self, domain: str, task_id: str, completion: str, scores: Sequence[Score]) -> None:
-        verdicts = _verdicts(scores, self.threshold)
+    def add(self, domain: str, task_id: str, completion: str, scores: Sequence[Score],
+            thresholds: Mapping[str, float] | None = None) -> None:
+        """Count one trajectory; `thresholds`: its task's per-verifier thresholds (metadata
+        "verifier_thresholds"), over the tracker's common `threshold`."""
+        verdicts = _verdicts(scores, self.threshold, thresholds)
         if len(verdicts) < 2:
             return
         for a, b in combinations(sorted(verdicts), 2):

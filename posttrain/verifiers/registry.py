@@ -104,9 +104,13 @@ def run_verifiers_many(task: Task, trajs: list[Trajectory]) -> list[tuple[list[S
 
 def task_score(scores: list[Score], task: Task | None = None) -> float | None:
     """The raw task score: the verifiers' values combined by the task's rule (metadata `combine`:
-    mean (default) | all | any | majority | weights, with `verifier_weights`); None when none judged."""
+    mean (default) | all | any | majority | weights, with `verifier_weights`); None when none judged.
+    Metadata `verifier_thresholds` ({name: t}, a domain's calibrated thresholds) sets each named
+    verifier's pass threshold (others: 0.5); under mean/weights a thresholded verifier counts
+    1.0/0.0 at its threshold (see ensemble.py)."""
     meta = task.metadata if task is not None else {}
-    return combine(scores, meta.get("combine", "mean"), weights=meta.get("verifier_weights"))
+    return combine(scores, meta.get("combine", "mean"), weights=meta.get("verifier_weights"),
+                   thresholds=meta.get("verifier_thresholds"))
 
 
 def _load_builtins() -> None:
