@@ -19,10 +19,23 @@ def test_expression_steps_by_hand():
 
 
 def test_worked_steps_end_in_the_gold_answer():
+    # every drawn expression has at least one operation: the question's expression, then one
+    # "= ..." line per operation, the last one the gold answer
     for domain in ("basic_arithmetic", "chain_sum"):
         for task in make_tasks(domain, 100, seed=5):
+            expression = task.reference["metadata"]["expression"].strip()
             steps = worked_steps(domain, task.reference).splitlines()
-            assert steps[-1] == f"= {task.reference['answer']}" or len(steps) == 1
+            assert len(steps) >= 2, steps
+            assert steps[0] == expression
+            assert all(line.startswith("= ") for line in steps[1:]), steps
+            assert steps[-1] == f"= {task.reference['answer']}"
+
+
+def test_a_bare_number_is_its_own_single_step():
+    # the only one-line solution: an expression with no operation left to do
+    for expression, answer in [("7", "7"), ("-( 7 )", "-7")]:
+        entry = {"question": f"Calculate {expression}.", "answer": answer, "metadata": {"expression": expression}}
+        assert worked_steps("basic_arithmetic", entry).splitlines() == [expression]
 
 
 def test_generic_domains_have_no_steps():
