@@ -168,12 +168,22 @@ def test_nonfinite_loss_skips_the_update(tiny_model_dir, tiny_tokenizer):
     mbs = build_microbatches(examples, packing=True, row_tokens=64, max_tokens_per_microbatch=64,
                              pad_id=tiny_tokenizer.pad_token_id, seed=0)
     opt = build_optimizer(model, OptimConfig())
+    embedding = model.get_input_embeddings().weight
+    poisoned = int(examples[0].input_ids[0])
     with torch.no_grad():
-        model.get_input_embeddings().weight[int(examples[0].input_ids[0])] = float("nan")
+        embedding[poisoned] = float("nan")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     result = train_step(model, opt, mbs, grad_clip=1.0, device=torch.device("cpu"), dtype=torch.float32)
     assert result["skipped"] == "loss is nan"
-    assert all(torch.equal(before[k], v, ) or torch.isnan(v).any() for k, v in model.state_dict().items())
+    for k, v in model.state_dict().items():
+        # every weight bit-for-bit as before the step (NaN compared equal to NaN) ...
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True, msg=f"{k} changed")
+        # ... and the only NaNs are the poisoned embedding row (also the tied lm_head's)
+        nan_at = torch.isnan(v).nonzero().tolist()
+        if v.data_ptr() == embedding.data_ptr():
+            assert nan_at == [[poisoned, j] for j in range(v.shape[1])], k
+        else:
+            assert nan_at == [], k
     assert not opt.state  # AdamW never stepped
     assert all(p.grad is None for p in model.parameters())
 
