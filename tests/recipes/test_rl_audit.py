@@ -48,13 +48,16 @@ def test_rollout_log_disagreement_alerts_spotcheck_and_calibration(tmp_path, tin
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
     assert all("verify/disagreement/toy" in r for r in rows)
     assert any(r["verify/disagreement/toy"] > 0 for r in rows)
-    touched = [any("touched_tests" in rec["events"] for rec in map(json.loads, p.read_text().splitlines()))
-               for p in logs]
-    alert_steps = [r["step"] for r in rows if r.get("alert/test_tampering")]
-    assert alert_steps == [i + 1 for i, t in enumerate(touched) if t]
-    if any(touched):
-        alerts = [json.loads(line) for line in (run_dir / "alerts.jsonl").read_text().splitlines()]
-        assert {a["kind"] for a in alerts} >= {"test_tampering"}
+    touched = [sum("touched_tests" in rec["events"] for rec in map(json.loads, p.read_text().splitlines()))
+               for p in logs]  # per step: how many logged rollouts report touched tests
+    assert any(touched), "precondition: some sampled first token is a multiple of 5 (else nothing is checked)"
+    touched_steps = [i + 1 for i, n in enumerate(touched) if n]
+    assert [r["step"] for r in rows if r.get("alert/test_tampering")] == touched_steps
+    alerts = [json.loads(line) for line in (run_dir / "alerts.jsonl").read_text().splitlines()]
+    tampering = [a for a in alerts if a["kind"] == "test_tampering"]
+    # one alert per touched step, counting exactly that step's touched rollouts
+    assert [(a["step"], a["details"]["counts"]) for a in tampering] == [
+        (step, {"touched_tests": touched[step - 1]}) for step in touched_steps]
 
     done = subprocess.run([sys.executable, "-m", "posttrain.cli", "verify", "spotcheck", str(run_dir), "--n", "12"],
                           capture_output=True, text=True, timeout=120)
