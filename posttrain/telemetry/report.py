@@ -35,7 +35,7 @@ from posttrain.verifiers.monitors import ALERTS_FILE, read_alerts
 MAX_PLOTS = 12
 REPORT_FILE = "report.html"
 SKIP_DIRS = {"checkpoints", "tb", "wandb", "__pycache__"}
-STAGE_ORDER = ["base", "sft", "dpo", "rm", "rl", "eval"]
+STAGE_ORDER = ["base", "sft", "rl", "eval"]  # the stage folders `posttrain run` writes, in pipeline order
 PLOT_PRIORITY = [r"loss", r"eval_loss", r"pass@\d+", r"reward", r"pass_rate", r"temperature", r"eval(_.*)?", r"lr", r"grad_norm",
                  r"tokens_per_s", r"time", r"zero_variance_frac", r"completion_len"]
 MAX_EVAL_BYTES = 50_000_000
@@ -181,6 +181,8 @@ def group_metrics(keys: list[str]) -> list[tuple[str, list[str]]]:
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
+    if isinstance(v, list) and v and all(_is_num(x) for x in v):  # an interval, e.g. pass@1_ci95
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
     if isinstance(v, bool) or not _is_num(v):
         return str(v)
     if isinstance(v, int):
@@ -261,7 +263,7 @@ def _eval_columns(domains: dict[str, Any]) -> list[str]:
             keys += [k for k in d if k not in keys]
 
     def rank(k: str) -> tuple:
-        m = re.fullmatch(r"pass@(\d+)", k)
+        m = re.fullmatch(r"pass@(\d+)(_ci95)?", k)  # each pass@k followed by its interval
         if k == "n":
             return (0, 0, k)
         if m:
