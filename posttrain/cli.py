@@ -22,7 +22,7 @@ from posttrain.sandbox.cli import app as sandbox_app
 from posttrain.verifiers.cli import app as verify_app
 
 app = typer.Typer(
-    help="posttrain: post-training for open-weight language models (SFT, preference alignment, RLVR).",
+    help="posttrain: post-training for open-weight language models (SFT, then RL with verifiable rewards; eval, sandbox, verifiers).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -170,7 +170,7 @@ def serve(
 
 @tasks_app.command("list")
 def tasks_list() -> None:
-    """List every task domain available by name."""
+    """List every reasoning-gym domain available by name (JSONL task files are named by path)."""
     from posttrain.tasks.reasoning_gym import list_domains
 
     for name in list_domains():
