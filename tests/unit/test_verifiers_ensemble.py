@@ -106,3 +106,49 @@ def test_tracker_snippet_is_short_and_one_line():
     tr.add("d", "d/0", "line1\nline2 " + "x" * 10_000, [S(1.0, "a"), S(0.0, "b")])
     (w,) = tr.warnings()
     assert "\n" not in w and len(w) < 300
+
+
+# ---------------------------------------------------------------- per-verifier thresholds
+
+
+def test_a_per_verifier_threshold_changes_the_verdict():
+    one = [S(0.6, "judge")]
+    assert combine(one, "all") == 1.0  # 0.6 >= 0.5 (the default)
+    assert combine(one, "all", thresholds={"judge": 0.7}) == 0.0  # 0.6 < 0.7 fails
+    assert combine(one, "all", thresholds={"judge": 0.6}) == 1.0  # equal passes
+    assert combine(one, "all", thresholds={"other": 0.7}) == 1.0  # another verifier's threshold
+    # THREE = a 1.0, b 0.4, c 0.6; b's threshold 0.3 makes all pass, c's 0.7 leaves only a
+    assert combine(THREE, "all", thresholds={"b": 0.3}) == 1.0
+    assert combine(THREE, "all") == 0.0
+    assert combine(THREE, "majority", thresholds={"c": 0.7}) == 0.0  # 1 of 3 pass
+    assert combine(THREE, "majority", thresholds={"b": 0.3, "c": 0.7}) == 1.0  # a, b pass: 2 of 3
+    assert combine(THREE, "any", thresholds={"a": 1.0, "b": 0.9, "c": 0.9}) == 1.0  # a = 1.0 >= 1.0
+    assert combine([S(0.99, "a")], "any", thresholds={"a": 1.0}) == 0.0
+    # per-verifier thresholds override the common one for the verifiers they name only
+    assert combine(THREE, "all", threshold=0.7, thresholds={"b": 0.3, "c": 0.6}) == 1.0
+    assert combine(THREE, "all", threshold=0.7, thresholds={"b": 0.3}) == 0.0  # c 0.6 < 0.7
+
+
+def test_thresholds_binarise_values_under_mean_and_weights():
+    # c 0.6 at threshold 0.7 counts 0.0, b and a keep their raw values: (1.0 + 0.4 + 0.0) / 3
+    assert combine(THREE, "mean", thresholds={"c": 0.7}) == pytest.approx(1.4 / 3)
+    # c at threshold 0.5 counts 1.0: (1.0 + 0.4 + 1.0) / 3
+    assert combine(THREE, "mean", thresholds={"c": 0.5}) == pytest.approx(2.4 / 3)
+    assert combine(THREE, "mean", thresholds={}) == pytest.approx(2.0 / 3)  # none set: raw mean
+    w = {"a": 1, "b": 2, "c": 1}
+    # b 0.4 at 0.3 -> 1.0 (weight 2), c 0.6 at 0.7 -> 0.0: (1 + 2 + 0) / 4
+    assert combine(THREE, "weights", weights=w, thresholds={"b": 0.3, "c": 0.7}) == pytest.approx(0.75)
+    assert task_score(THREE) == pytest.approx(2.0 / 3)  # no task: no thresholds
+
+
+def test_agreement_and_tracker_use_per_verifier_thresholds():
+    # SETS[2] = a 0.9, c 0.7: c's threshold 0.8 splits it, as the common 0.8 did above
+    assert pairwise_agreement(SETS, thresholds={"c": 0.8})[("a", "c")] == (0, 2)
+    assert disagreement_rate(SETS, thresholds={"c": 0.8}) == 1.0
+    # a's threshold 0.1 makes SETS[1] (a 0.0) still fail: unchanged, a~b disagree there
+    assert pairwise_agreement(SETS, thresholds={"a": 0.1})[("a", "b")] == (1, 2)
+    tr = DisagreementTracker(min_count=1)
+    tr.add("d", "d/0", "x", [S(0.6, "judge"), S(1.0, "numeric")])  # both pass at 0.5: agree
+    tr.add("d", "d/1", "y", [S(0.6, "judge"), S(1.0, "numeric")], thresholds={"judge": 0.7})  # split
+    assert tr.metrics() == {"verify/disagreement/d": 0.5, "verify/agreement/judge~numeric": 0.5}
+    assert "d/1 " in tr.warnings()[0] and "d/0 " not in tr.warnings()[0]

@@ -97,6 +97,20 @@ def test_task_score():
     assert task_score([Score(1.0, "a"), Score(0.0, "b"), Score(0.5, "c")]) == pytest.approx(0.5)
 
 
+def test_task_score_reads_the_tasks_verifier_thresholds():
+    judged = [Score(0.6, "judge"), Score(1.0, "numeric")]
+    all_rule = task("4", metadata={"combine": "all"})
+    calibrated = task("4", metadata={"combine": "all", "verifier_thresholds": {"judge": 0.7}})
+    lenient = task("4", metadata={"combine": "all", "verifier_thresholds": {"judge": 0.5}})
+    assert task_score(judged, all_rule) == 1.0  # 0.6 >= 0.5 by default
+    assert task_score(judged, calibrated) == 0.0  # 0.6 < 0.7
+    assert task_score(judged, lenient) == 1.0
+    # the default rule (mean): a thresholded verifier counts 0/1 at its threshold
+    assert task_score(judged, task("4")) == pytest.approx(0.8)
+    assert task_score(judged, task("4", metadata={"verifier_thresholds": {"judge": 0.7}})) == 0.5
+    assert task_score(judged, task("4", metadata={"verifier_thresholds": {"judge": 0.5}})) == 1.0
+
+
 # ---------------------------------------------------------------- exact
 
 

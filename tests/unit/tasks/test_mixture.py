@@ -225,3 +225,47 @@ def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score
         assert task_score(split, task) == 0.0  # all: one verifier failing fails the task
     mean_task = build_mixture([DomainConfig(name="chain_sum", eval_tasks=2)], task_seed=500_000, seed=0).sample(1, 0)[0]
     assert task_score([Score(1.0, "numeric"), Score(0.0, "exact")], mean_task) == 0.5
+
+
+def test_domain_verifier_thresholds_reach_every_task_and_change_its_verdict(tmp_path):
+    from posttrain.tasks.mixture import Rescored
+    from posttrain.types import Score
+    from posttrain.verifiers import task_score
+
+    d = DomainConfig(name="chain_sum", verifiers=["numeric", "math"], combine="majority", eval_tasks=2,
+                     verifier_thresholds={"math": 0.7})
+    mix = build_mixture([d], task_seed=500_000, seed=0)
+    assert isinstance(mix.sources[0], Rescored)  # thresholds alone make the domain rescored
+    tasks = mix.sample(3, step=0) + mix.sources[0].eval_tasks()
+    assert len(tasks) == 5
+    for task in tasks:
+        assert task.metadata["verifier_thresholds"] == {"math": 0.7} and task.metadata["combine"] == "majority"
+        # majority of 2 needs both: math 0.6 < 0.7 fails the task, 0.75 passes it
+        assert task_score([Score(1.0, "numeric"), Score(0.6, "math")], task) == 0.0
+        assert task_score([Score(1.0, "numeric"), Score(0.75, "math")], task) == 1.0
+    # a JSONL task's own thresholds are kept for other verifiers, the domain's win for the same one
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"{i}?", "answer": str(i),
+                                     "metadata": {"verifier_thresholds": {"exact": 0.2, "math": 0.1}}}) + "\n"
+                         for i in range(3)))
+    jmix = build_mixture([DomainConfig(name="j", path=str(p), eval_tasks=0, verifier_thresholds={"math": 0.9})],
+                         task_seed=500_000, seed=0)
+    (t,) = jmix.sample(1, step=0)
+    assert t.metadata["verifier_thresholds"] == {"exact": 0.2, "math": 0.9}
+
+
+def test_bad_domain_thresholds_fail_when_the_mixture_is_built():
+    from posttrain.tasks.mixture import Rescored
+
+    source = GymSource("chain_sum", {}, 500_000, 0)
+    with pytest.raises(ConfigError) as e:
+        Rescored(source, None, thresholds={"mathh": 0.7})
+    assert str(e.value).startswith("domain 'chain_sum': verifier_thresholds: threshold for a verifier that is "
+                                   "not registered: unknown verifier 'mathh' (did you mean math?); known: ")
+    with pytest.raises(ConfigError, match=r"^domain 'chain_sum': verifier_thresholds: threshold 'math' must be "
+                                          r"a number in \[0, 1\], got 7$"):
+        Rescored(source, None, thresholds={"math": 7})
+    # a config mutated past validation is checked again at build time
+    d = DomainConfig.model_construct(**{**DomainConfig(name="chain_sum").model_dump(), "verifier_thresholds": {"x": 1}})
+    with pytest.raises(ConfigError, match="unknown verifier 'x'"):
+        build_mixture([d], task_seed=500_000, seed=0)
