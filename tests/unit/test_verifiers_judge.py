@@ -195,18 +195,44 @@ def test_make_judge_verifier_with_registry_and_rubric_option(tiny_tokenizer):
         VERIFIERS.pop("_t_llm_judge", None)
 
 
-def test_llm_judge_real_run_on_tiny_hf_engine(tiny_model_dir, tiny_tokenizer):
+def test_llm_judge_real_run_on_tiny_hf_engine(tiny_model_dir, tiny_tokenizer, monkeypatch):
     from posttrain.rollout.engine import ENGINES
 
     engine = ENGINES["hf"](tiny_model_dir, tiny_tokenizer, dtype="float32", device="cpu")
+    calls = []
+
+    class Recording:  # the real engine; each call's prompts and completions are kept
+        version = 0
+
+        def generate(self, prompts, params):
+            outs = engine.generate(prompts, params)
+            calls.append(([list(p) for p in prompts], outs))
+            return outs
+
+    nonce = "feedc0de12345678"
+    monkeypatch.setattr(J, "_new_nonce", lambda: nonce)  # fixed fences: the prompts are reproducible
     params = SamplingParams(temperature=0.0, max_tokens=8, stop_token_ids=(tiny_tokenizer.eos_token_id,))
-    judge = J.LLMJudge(engine, tiny_tokenizer, rubric="10 if correct.", sampling=params)
-    results = judge.judge_many([(QUESTION, CLEAN, "4"), (QUESTION, WRONG, None)])
-    for raw, details in results:
-        assert raw is None or 0 <= raw <= 10
-        assert raw is not None or "error" in details
-    score = J.make_judge_verifier(judge, "j")(make_task(), traj(CLEAN))
-    assert score is None or 0.0 <= score.value <= 1.0
+    judge = J.LLMJudge(Recording(), tiny_tokenizer, rubric="10 if correct.", sampling=params)
+    items = [(QUESTION, CLEAN, "4"), (QUESTION, WRONG, None), (QUESTION, INJECTIONS[0][0], "4")]
+    results = judge.judge_many(items)
+    # one engine call, for the two clean answers; the injection scores 0 without reaching the grader
+    assert len(calls) == 1 and calls[0][0] == [judge.build_prompt(*items[0])[0], judge.build_prompt(*items[1])[0]]
+    assert results[2][0] == 0 and results[2][1]["injection"] == "ignore_instructions"
+    shown = tiny_tokenizer.decode(calls[0][0][0], skip_special_tokens=False)
+    assert f"<<<ANSWER {nonce}>>>\n{CLEAN}\n<<<END ANSWER {nonce}>>>" in shown and "Reference answer:\n4" in shown
+    assert "Reference answer" not in tiny_tokenizer.decode(calls[0][0][1], skip_special_tokens=False)
+    # each verdict is exactly what the grader's own greedy tokens say (parsed independently here)
+    for (raw, details), out in zip(results[:2], calls[0][1]):
+        assert (len(out.token_ids), out.finish_reason) == (8, "length")  # max_tokens, no stop token
+        text = tiny_tokenizer.decode(list(out.token_ids), skip_special_tokens=True)
+        value, why = J.parse_verdict(text, 10)
+        assert (raw, details) == (value, {"nonce": nonce} if why is None else {"error": why, "output": text[:200]})
+    # the randomly initialised tiny model (seed 0) answers both greedily with 8 newlines: no verdict
+    assert results[:2] == [(None, {"error": "empty judge output", "output": "\n" * 8})] * 2
+    # greedy: the same prompts give the same verdicts; the verifier turns "cannot judge" into None
+    assert judge.judge_many(items[:2]) == results[:2]
+    assert J.make_judge_verifier(judge, "j")(make_task(), traj(CLEAN)) is None
+    assert len(calls) == 3 and calls[2][0] == calls[0][0][:1]  # make_task() is items[0]
 
 
 def test_llm_judge_config_errors(tiny_tokenizer):
