@@ -7,14 +7,36 @@ min_score < 1, lower-quality successes (min_score <= score < 1) are kept as well
 quality, and none by content either -- so add only fresh trajectories, never a replayed one again (it
 would be stored a second time under a new step).
 
-Mixing (ExGRPO-style, done by the recipe): each step a fraction of the batch's groups are replay groups.
-`buf.sample(n, rng, exclude_task_ids=fresh_ids)` picks n entries of DISTINCT tasks not already in this
-step's fresh batch; each stored trajectory is put together with fresh samples of its task, so the group's
-relative advantage stays meaningful, and the stored trajectory keeps its old `policy_version` and sampler
-`logprobs`, which the PPO ratio uses as the importance correction.
+Replay by share of trajectories (`replay_plan`; placed by recipes/rl_groups.py). A step trains
+on up to N = P x K trajectories (P = prompts_per_step groups of K = samples_per_prompt). With
+ratio rho in [0, 0.5], R = round(rho N) of them are stored successes, placed in replay groups: a
+past task with m <= M = floor(K/2) stored successes (distinct, of that task) + K - m fresh samples
+of it from the current policy; ceil(R / M) such groups, the rest fresh tasks. Why this placement:
 
-Sampling: uniform over the eligible distinct task ids (in insertion order, via `rng.sample`), then one
-entry of each chosen task uniformly (`rng.choice`) -- deterministic given the `random.Random` state.
+  Group-relative advantages (GRPO) with binary raw scores: a group with stored successes s = 1
+  (m of them) and fresh pass rate p over K - m samples has mean mu = (m + (K - m) p) / K and
+  std sigma = sqrt(mu (1 - mu)). Then
+      A(stored success) = (1 - mu) / sigma = sqrt((1 - mu) / mu)   > 0
+      A(fresh failure)  = -mu / sigma      = -sqrt(mu / (1 - mu))  < 0
+  - whole replayed groups of stored successes have sigma = 0: every advantage is 0, nothing is
+    learned, so replayed trajectories must share a group with fresh samples of the same task;
+  - when the policy has forgotten the task (p -> 0), mu = m / K; at m = K/2 the stored successes
+    get A = +1 and the current failures A = -1: the update moves probability back to a solution
+    it once had and away from what it does now, which is what prevents forgetting;
+  - when it still solves the task (p = 1), sigma = 0 and the group carries no signal: dynamic
+    sampling drops it and draws another stored task, so the replay share is spent where the
+    policy is failing a task it once solved;
+  - m <= K/2 keeps at least half of every replay group's baseline from the current policy: with
+    m = K - 1 a fresh success would get A = sqrt((1 - mu)/mu) with mu ~ 1, i.e. almost nothing;
+  - rho = 0.5 is the largest share this allows (every group a replay group, half stored), hence
+    the bound of `buffer.replay_ratio`.
+  The stored trajectory keeps its sampler logprobs, its SamplingParams (temperature) and its
+  policy version: the trainer recomputes its logprob at ITS temperature, so the PPO ratio
+  pi_theta(y) / pi_old(y) is the importance weight against the policy that sampled it (1 before
+  any update when nothing changed); with A > 0 a forgotten trajectory (ratio < 1) is not clipped.
+  The share actually trained is logged per step: replay/share_trajectories, replay/share_tokens,
+  replay/mean_age (policy versions). It falls short of rho when the buffer holds too few tasks
+  or when replay groups are dropped for lack of signal more often than `max_attempts` refills.
 
 Eviction ("oldest" = added earliest; steps only grow in the recipe, so this is also the lowest step):
   - a domain at `per_domain_quota` evicts ITS OWN oldest entry to make room;
@@ -66,6 +88,18 @@ class Entry:
     trajectory: Trajectory
     score: float  # raw task score in [0, 1]
     step: int  # when added (policy version)
+
+
+MAX_REPLAY_RATIO = 0.5
+
+
+def replay_plan(ratio: float, prompts: int, samples: int) -> tuple[int, int]:
+    """(R, M): how many of a step's prompts x samples trajectories are replayed, and how many
+    stored successes one replay group holds at most (floor(K/2), at least 1). See the docstring."""
+    if not 0.0 <= ratio <= MAX_REPLAY_RATIO:
+        raise ValueError(f"buffer.replay_ratio must be in [0, {MAX_REPLAY_RATIO}], got {ratio}")
+    per_group = max(1, samples // 2)
+    return min(round(ratio * prompts * samples), prompts * per_group), per_group
 
 
 class ReplayBuffer:
@@ -131,18 +165,22 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------ reading
 
-    def sample(self, n: int, rng: random.Random, exclude_task_ids: Iterable[str] = ()) -> list[Entry]:
-        """Up to n entries of distinct tasks not in exclude_task_ids: tasks uniformly, then one of each
-        chosen task's entries uniformly. Deterministic given rng's state (and the buffer's contents)."""
+    def sample(self, n: int, rng: random.Random, exclude_task_ids: Iterable[str] = (),
+               per_task: int = 1) -> list[list[Entry]]:
+        """Up to n distinct tasks not in exclude_task_ids, each with up to `per_task` of its entries:
+        tasks uniformly, then entries of each uniformly without replacement. Deterministic given
+        rng's state (and the buffer's contents)."""
         if not _is_int(n) or n < 0:
             raise ValueError(f"replay buffer sample: n must be a non-negative int, got {n!r}")
+        if not _is_int(per_task) or per_task < 1:
+            raise ValueError(f"replay buffer sample: per_task must be a positive int, got {per_task!r}")
         excluded = set(exclude_task_ids)
         by_task: dict[str, list[Entry]] = {}
         for entry in self._entries.values():
             if entry.task.id not in excluded:
                 by_task.setdefault(entry.task.id, []).append(entry)
         chosen = rng.sample(list(by_task), min(int(n), len(by_task)))
-        return [rng.choice(by_task[task_id]) for task_id in chosen]
+        return [rng.sample(by_task[task_id], min(per_task, len(by_task[task_id]))) for task_id in chosen]
 
     def entries(self) -> list[Entry]:
         """All entries, oldest first."""

@@ -1,6 +1,10 @@
-"""The data that flows between phases: small frozen dataclasses with shape comments.
+"""The messages that flow between phases: small frozen, picklable dataclasses with shape comments.
 
-    Task ─► rollout ─► Trajectory ─► verify (Score) ─► Group ─► TrainBatch ─► update
+    Task ─► rollout (SamplingParams) ─► Trajectory ─► verify (Score) ─► Group ─► train_step
+
+What crosses a phase boundary (and later a process boundary) is one of these; statistics
+travel separately, as plain metric dicts. Nothing reads a trajectory's meaning from a dict key.
+Packed micro-batches are built inside `train/` from Groups and never leave it.
 """
 
 from __future__ import annotations
@@ -8,9 +12,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import torch
-
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant"|"tool", "content": str}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability (0 = off)
+    max_tokens: int = 128  # new tokens at most, >= 1
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings (checked on the decoded completion)
+    seed: int | None = None  # same seed + same weights -> same completion, whatever else is in the batch
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str) or isinstance(self.stop_token_ids, int):
+            raise ValueError("SamplingParams.stop and stop_token_ids are tuples, not a single value")
+        if any(not s for s in self.stop):
+            raise ValueError("SamplingParams.stop holds an empty stop string")
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature of the sampler's logprobs: log_softmax(logits / T); greedy (T = 0) reports T = 1.
+        top-k / top-p / min-p never enter a logprob (the engines report them before truncation)."""
+        return self.temperature if self.temperature > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -27,7 +63,7 @@ class Task:
     prompt: tuple[Message, ...]  # chat messages up to the first assistant turn
     reference: Any  # gold answer, unit tests or checker data (owned by the domain)
     verifiers: tuple[str, ...] = ()  # names in the verifier registry
-    env: str = "single_turn"
+    env: str = "single_turn"  # name in posttrain.envs.ENVS: how an episode of this task runs
     limits: Limits = Limits()
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
@@ -44,34 +80,38 @@ class Trajectory:
     task_id: str
     token_ids: Sequence[int]  # [T] the whole conversation, prompt included
     loss_mask: Sequence[int]  # [T] 1 only on tokens the policy sampled
-    logprobs: Sequence[float]  # [T] sampler logprobs (0.0 where loss_mask is 0)
+    logprobs: Sequence[float]  # [T] sampler logprobs (0.0 where loss_mask is 0), at sampling.logprob_temperature
     prompt_len: int
+    sampling: SamplingParams = SamplingParams()  # what it was sampled with: the trainer uses its temperature
     text: str = ""  # the decoded completion (what verifiers read)
-    policy_version: int = 0
+    policy_version: int = 0  # version of the weights that sampled it
     turns: int = 1
     finish_reason: str = "stop"  # "stop" | "length" | "error"
     scores: tuple[Score, ...] = ()
     reward: float | None = None  # shaped reward used for training
-    timings: Mapping[str, float] = field(default_factory=dict)
-    events: tuple[str, ...] = ()
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds: "rollout" (its batch), "verify" (its group)
+    events: tuple[str, ...] = ()  # what verifiers / the sandbox reported: limits hit, tampering, injections
 
 
 @dataclass(frozen=True)
 class Group:
+    """The trajectories of one task and their raw task scores: the unit the trainer receives.
+
+    The first `replayed` trajectories came from the replay buffer (older policy versions, their
+    own sampling params); the rest were sampled fresh at `policy_version`."""
+
     task: Task
-    trajectories: tuple[Trajectory, ...]  # [samples_per_prompt], one policy version
-    policy_version: int = 0
-
-
-@dataclass(frozen=True)
-class TrainBatch:
-    input_ids: torch.Tensor  # [R, L] long, packed rows
-    position_ids: torch.Tensor  # [R, L] long, reset to 0 at each sequence start
-    loss_mask: torch.Tensor  # [R, L] float, 1 on trained tokens
-    advantages: torch.Tensor | None = None  # [R, L] float
-    old_logprobs: torch.Tensor | None = None  # [R, L] float
-    ref_logprobs: torch.Tensor | None = None  # [R, L] float
+    trajectories: tuple[Trajectory, ...]  # [n] rewards and scores filled in; replayed ones first
+    raw: tuple[float | None, ...]  # [n] raw task score per trajectory (None: no verifier could judge it)
+    replayed: int = 0
+    policy_version: int = 0  # the version the fresh trajectories were sampled with
 
     @property
-    def num_tokens(self) -> int:
-        return int(self.loss_mask.sum().item())
+    def has_signal(self) -> bool:
+        """Two or more judged trajectories whose raw scores differ (else every advantage is 0)."""
+        valid = [r for r in self.raw if r is not None]
+        return len(valid) >= 2 and max(valid) > min(valid)
+
+    @property
+    def fresh(self) -> tuple[Trajectory, ...]:
+        return self.trajectories[self.replayed:]

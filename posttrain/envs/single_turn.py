@@ -4,11 +4,15 @@
 
 Token-in, token-out: the prompt is rendered with the chat template once, the engine returns
 token ids and their sampler logprobs, and the Trajectory holds exactly those ids (never a
-re-tokenization of the decoded text); the loss mask is 1 only on sampled tokens.
+re-tokenization of the decoded text); the loss mask is 1 only on sampled tokens. Each
+trajectory records the SamplingParams it was sampled with (its seed included) and the policy
+version, so a replayed trajectory is later trained under its own temperature, not the current
+one; `timings["rollout"]` is the wall time of the engine batch it was part of.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Sequence
 
@@ -24,6 +28,14 @@ def prompt_ids(tokenizer, task: Task) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def check_envs(tasks: Sequence[Task]) -> None:
+    """Every task here must be a single-turn episode (multi-turn environments are planned)."""
+    for task in tasks:
+        if task.env != "single_turn":
+            raise ValueError(f"task {task.id!r}: environment {task.env!r} is not available "
+                             "(only 'single_turn' episodes run today)")
+
+
 def rollout(
     engine: Engine,
     tokenizer,
@@ -37,6 +49,7 @@ def rollout(
 
     A task's own `limits.max_new_tokens` caps `params.max_tokens` when smaller.
     """
+    check_envs(tasks)
     prompts: list[list[int]] = []
     requests: list[SamplingParams] = []
     owner: list[int] = []
@@ -47,9 +60,11 @@ def rollout(
             prompts.append(ids)
             requests.append(replace(params, seed=seeds[i] + j, max_tokens=max_tokens))
             owner.append(i)
+    started = time.perf_counter()
     completions = engine.generate(prompts, requests) if prompts else []
+    seconds = time.perf_counter() - started
     out: list[list[Trajectory]] = [[] for _ in tasks]
-    for ids, c, i in zip(prompts, completions, owner):
+    for ids, c, i, request in zip(prompts, completions, owner, requests):
         n_prompt, n_new = len(ids), len(c.token_ids)
         out[i].append(
             Trajectory(
@@ -58,9 +73,11 @@ def rollout(
                 loss_mask=(0,) * n_prompt + (1,) * n_new,
                 logprobs=(0.0,) * n_prompt + tuple(c.logprobs),
                 prompt_len=n_prompt,
+                sampling=request,
                 text=tokenizer.decode(list(c.token_ids), skip_special_tokens=True),
                 policy_version=version,
                 finish_reason=c.finish_reason,
+                timings={"rollout": seconds},
             )
         )
     return out

@@ -5,16 +5,15 @@
 
 One step:
   1. temperature from the schedule (linear / cosine / constant over epochs);
-  2. collect groups (recipes/rl_groups.py): replayed + fresh tasks from the domain mixture,
-     `samples_per_prompt` completions each from the engine, verified, rewards shaped,
-     zero-signal groups dropped and backfilled (dynamic sampling);
-  3. logprobs the update needs besides the sampler's: the frozen reference's (only when
-     kl_coef > 0: no reference model is loaded otherwise), and the trainer's own when
-     `recompute_old_logprobs` (with a truncated importance weight for the sampler gap);
-  4. advantages by the configured estimator over each group's shaped rewards (KL in the
-     reward is subtracted first when configured);
-  5. update (train/rl_update.py): PPO-clip (clip-higher, dual-clip) with token- or
-     sequence-level aggregation, KL and entropy terms, `updates_per_step` AdamW updates;
+  2. rollout + verify (recipes/rl_groups.py): fresh tasks from the domain mixture and replay
+     groups of stored successes (`buffer.replay_ratio` of the trajectories; buffer.py says
+     why and how), `samples_per_prompt` completions each from the engine, verified, rewards
+     shaped, zero-signal groups dropped and backfilled (dynamic sampling) -> `types.Group`s;
+  3-5. `train_step` (train/step.py) on those groups: the reference's logprobs (only when
+     kl_coef > 0: no reference model is loaded otherwise), the trainer's own when
+     `recompute_old_logprobs`, advantages by the configured estimator, then PPO-clip
+     (clip-higher, dual-clip), KL and entropy terms, `updates_per_step` AdamW updates; every
+     logprob at the temperature each trajectory was sampled with;
   6. sync the new weights to the engine (version = step);
   7. metrics (each phase timed as time/<phase>, per-domain reward, pass rate,
      zero-variance fraction, length; what recipes/rl_audit.py records about the verifiers:
@@ -32,75 +31,33 @@ weights passed at sync.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import replace
 from pathlib import Path
 
-import torch
 from rich.console import Console
 
-from posttrain.algos.advantages import ADVANTAGES
-from posttrain.algos.kl import kl_estimate, truncated_is_weight
 from posttrain.algos.temperature import temperature_at
 from posttrain.buffer import ReplayBuffer
-from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
+from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import RLConfig, save_config
-from posttrain.errors import CheckpointError, TrainingError
+from posttrain.errors import CheckpointError
 from posttrain.eval.harness import stop_ids
 from posttrain.recipes.rl_audit import Auditor
-from posttrain.recipes.rl_eval import evaluate, domain_metrics
-from posttrain.recipes.rl_groups import ScoredGroup, StepContext, collect_groups
+from posttrain.recipes.rl_eval import domain_metrics, evaluate
+from posttrain.recipes.rl_groups import StepContext, collect_groups, replay_metrics
+from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, step_metrics, warn
 from posttrain.recipes.sft import export_final, seed_everything
 from posttrain.rollout.engine import ENGINES
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
+from posttrain.telemetry.timer import PhaseTimer
 from posttrain.train.lora import apply_lora
 from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler
-from posttrain.train.rl_batch import Sample, sequence_logprobs
-from posttrain.train.rl_update import update_policy
-from posttrain.train.threads import ThreadTuner
+from posttrain.train.step import train_step
 from posttrain.train.weights import engine_state_dict, model_identity
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def advantages_for(groups: list[ScoredGroup], estimator: str) -> list[list[float]]:
-    k = max(len(g.trajectories) for g in groups)
-    rewards = torch.zeros(len(groups), k)
-    valid = torch.zeros(len(groups), k, dtype=torch.bool)
-    for i, g in enumerate(groups):
-        for j, t in enumerate(g.trajectories):
-            if t.reward is not None:
-                rewards[i, j], valid[i, j] = t.reward, True
-    return ADVANTAGES[estimator](rewards, valid).tolist()
-
-
-def build_samples(groups: list[ScoredGroup], policy, ref, cfg: RLConfig, temperature: float, pad_id: int) -> list[Sample]:
-    """Scored groups -> training samples with advantages (+ reference / recomputed logprobs)."""
-    a = cfg.algo
-    trajs = [(i, j, t) for i, g in enumerate(groups) for j, t in enumerate(g.trajectories) if t.reward is not None]
-    base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n) for n, (_, _, t) in enumerate(trajs)]
-    lp = dict(temperature=temperature, max_tokens_per_microbatch=cfg.train.max_tokens_per_microbatch, pad_id=pad_id)
-    ref_lp = sequence_logprobs(ref, base, **lp) if ref is not None else None
-    old_lp = sequence_logprobs(policy, base, **lp) if a.recompute_old_logprobs else None
-    if ref_lp is not None and a.kl_in == "reward":  # KL penalty folded into each sequence's reward
-        for n, (i, j, t) in enumerate(trajs):
-            sampled = torch.tensor(t.logprobs), torch.tensor(ref_lp[n])
-            kl = float((kl_estimate(*sampled, a.kl_estimator) * torch.tensor(t.loss_mask)).sum())
-            groups[i].trajectories[j] = replace(t, reward=t.reward - a.kl_coef * kl)
-    adv = advantages_for(groups, a.advantage)
-    samples = []
-    for n, (i, j, t) in enumerate(trajs):
-        old = old_lp[n] if old_lp is not None else t.logprobs
-        weights = None
-        if old_lp is not None and a.tis_cap is not None:
-            weights = truncated_is_weight(torch.tensor(old), torch.tensor(t.logprobs, dtype=torch.float32),
-                                          cap=a.tis_cap).tolist()
-        samples.append(Sample(t.token_ids, t.loss_mask, old, adv[i][j], n,
-                              ref_lp[n] if ref_lp is not None else None, weights))
-    return samples
 
 
 def engine_options(cfg: RLConfig, device) -> dict:
@@ -121,11 +78,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
-    # threads "auto": rollout and update each get the thread count measured faster for them (small
-    # decode batches often run faster on one thread; the update's matmuls on two)
-    tuner, rollout_tuner = (ThreadTuner(), ThreadTuner()) if t.threads == "auto" else (None, None)
-    if isinstance(t.threads, int):
-        torch.set_num_threads(t.threads)
+    threads = Threads(t.threads)
     device = pick_device()
     dtype = resolve_dtype(cfg.model.dtype, device)
 
@@ -150,13 +103,13 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     save_config(cfg, out_dir)
 
     # 3. resume: every piece of state that crosses a step boundary
-    step, bad_streak = 0, 0
+    step, bad = 0, BadSteps(t.max_bad_steps)
     auditor = Auditor(cfg, out_dir)
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt, model=policy, optimizer=optimizer, scheduler=scheduler)
         if state.get("reference") != ref_id:
             raise CheckpointError(f"{ckpt}: saved with reference model {state.get('reference')}, now {ref_id}")
-        step, bad_streak = state["step"], state["bad_streak"]
+        step, bad.streak = state["step"], state["bad_streak"]
         auditor.load_state_dict(state["audit"], step)
         mixture.load_state_dict(state["mixture"])
         if buffer is not None:
@@ -168,90 +121,64 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                            wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"),
                            resume_from_step=step)
     steps_per_epoch = cfg.rollout.temperature.steps_per_epoch or max(1, math.ceil(t.steps / 10))
+    schedule = cfg.rollout.temperature
 
     def checkpoint() -> None:
         save_checkpoint(out_dir, step, model=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
-                        state={"mixture": mixture.state_dict(), "bad_streak": bad_streak, "reference": ref_id,
+                        state={"mixture": mixture.state_dict(), "bad_streak": bad.streak, "reference": ref_id,
                                "audit": auditor.state_dict()},
                         config=cfg, keep_last=t.keep_last,
                         extra={"replay": buffer.save} if buffer is not None else None)
 
-    def held_out_eval() -> dict:
-        started = time.perf_counter()
-        metrics = evaluate(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
-        return {**metrics, "time/eval": time.perf_counter() - started}
+    def held_out_eval(timer: PhaseTimer) -> dict:
+        with timer("eval"):
+            metrics = evaluate(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
+        auditor.held_out(step, metrics.get("pass@1", 0.0))
+        return metrics
 
-    # 4. the loop
-    started_run = time.perf_counter()
+    # 4. the loop: each phase timed as time/<phase>
+    cap = TimeCap(t.max_seconds)
     with logger, progress_bar(t.steps - step, f"rl {step}->{t.steps}", enabled=cfg.logging.progress) as bar:
         if step == 0:
-            first = held_out_eval()
-            auditor.held_out(0, first.get("pass@1", 0.0))
-            logger.log(0, first)
+            timer = PhaseTimer()
+            first = held_out_eval(timer)
+            logger.log(0, {**first, **timer.metrics()})
         while step < t.steps:
-            started = time.perf_counter()
-            index = step  # this step's 0-based index (step counts finished steps below)
-            rollout_threads = rollout_tuner.start(index) if rollout_tuner is not None else torch.get_num_threads()
-            temperature = temperature_at(step, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
-                                         start=cfg.rollout.temperature.start, end=cfg.rollout.temperature.end,
-                                         schedule=cfg.rollout.temperature.schedule)
-            ctx.verifier_errors.clear()
-            groups, metrics = collect_groups(ctx, step, temperature)
-            threads = tuner.start(index) if tuner is not None else torch.get_num_threads()
-            generated = metrics.pop("all_groups")
-            metrics.update(domain_metrics(groups, generated))
-            if not groups:
-                skipped = {"skipped_updates": 1, "skip_reason": "no group with signal"}
-            else:
-                t0 = time.perf_counter()
-                samples = build_samples(groups, policy, ref, cfg, temperature, tokenizer.pad_token_id)
-                t1 = time.perf_counter()
-                skipped = update_policy(policy, optimizer, scheduler, samples, algo=cfg.algo,
-                                        temperature=temperature, max_tokens=cfg.rollout.max_tokens,
-                                        updates_per_step=t.updates_per_step,
-                                        max_tokens_per_microbatch=t.max_tokens_per_microbatch,
-                                        pad_id=tokenizer.pad_token_id, grad_clip=cfg.optim.grad_clip, device=device)
-                metrics.update({"time/logprobs": t1 - t0, "time/update": time.perf_counter() - t1})
-            t2 = time.perf_counter()
-            step += 1
-            engine.update_weights(engine_state_dict(policy), step)
-            ctx.version = step
-            audit, warnings = auditor.step(step, generated, metrics["pass_rate"])
-            metrics.update(skipped)
-            metrics.update(audit)
-            metrics.update({"time/sync": time.perf_counter() - t2, "temperature": temperature,
-                            "lr": scheduler.get_last_lr()[0], "verifier_errors": len(ctx.verifier_errors),
-                            "samples": sum(tr.reward is not None for g in groups for tr in g.trajectories),
-                            "unscored_samples": sum(tr.reward is None for g in groups for tr in g.trajectories)})
-            if buffer is not None:
-                metrics.update({"buffer/size": len(buffer), "buffer/mean_age": buffer.mean_age(step)})
+            timer, index = PhaseTimer(), step  # index: this step's 0-based number
+            with timer("step"):
+                temperature = temperature_at(step, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
+                                             start=schedule.start, end=schedule.end, schedule=schedule.schedule)
+                ctx.verifier_errors.clear()
+                threads.for_phase("rollout", index)
+                batch = collect_groups(ctx, step, temperature)  # rollout + verify, timed inside
+                threads.for_phase("update", index)
+                trained = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
+                                     pad_id=tokenizer.pad_token_id, device=device)
+                with timer("sync"):
+                    step += 1
+                    engine.update_weights(engine_state_dict(policy), step)
+                    ctx.version = step
+                sample_stats = domain_metrics(batch.kept, batch.generated)
+                audit, warnings = auditor.step(step, batch.generated, sample_stats["pass_rate"])
+                out_of_time = cap.reached()
+                evaluated = held_out_eval(timer) if step % t.eval_every == 0 or step == t.steps or out_of_time else {}
+                monitored, alerts = auditor.flush()
+            metrics = step_metrics(
+                batch.stats, sample_stats, replay_metrics(batch.kept, step), trained,
+                audit, evaluated, monitored, timer.metrics(),
+                temperature=temperature, lr=scheduler.get_last_lr()[0], verifier_errors=len(ctx.verifier_errors),
+                samples=sum(tr.reward is not None for g in batch.kept for tr in g.trajectories),
+                unscored_samples=sum(tr.reward is None for g in batch.kept for tr in g.trajectories),
+                **({"buffer/size": len(buffer), "buffer/mean_age": buffer.mean_age(step)} if buffer is not None else {}),
+            )
+            metrics.update(threads.record(index, metrics))
             if ctx.verifier_errors:
-                console.print(f"[yellow]warning:[/] step {step}: {len(ctx.verifier_errors)} verifier errors, "
-                              f"e.g. {ctx.verifier_errors[0]}")
-            all_skipped = metrics["skipped_updates"] >= t.updates_per_step and groups
-            bad_streak = bad_streak + 1 if all_skipped and "non-finite" in metrics["skip_reason"] else 0
-            out_of_time = t.max_seconds is not None and time.perf_counter() - started_run > t.max_seconds
-            if step % t.eval_every == 0 or step == t.steps or out_of_time:
-                metrics.update(held_out_eval())
-                auditor.held_out(step, metrics.get("pass@1", 0.0))
-            monitored, alerts = auditor.flush()
-            metrics.update(monitored)
-            for line in warnings + alerts:
-                console.print(f"[yellow]warning:[/] step {step}: {line}", highlight=False)
-            metrics["time/step"] = time.perf_counter() - started
-            metrics["threads"], metrics["rollout_threads"] = threads, rollout_threads
-            if tuner is not None:
-                rollout_tuner.record(index, rollout_threads, metrics["time/rollout"])
-                tuner.record(index, threads, metrics["time/step"] - metrics.get("time/eval", 0.0) - metrics["time/rollout"])
+                warn(step, [f"{len(ctx.verifier_errors)} verifier errors, e.g. {ctx.verifier_errors[0]}"])
+            warn(step, warnings + alerts)
             logger.log(step, metrics)
             bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)
-            if bad_streak:
-                console.print(f"[yellow]warning:[/] step {step}: update skipped: {metrics['skip_reason']}")
-            if bad_streak >= t.max_bad_steps:
-                last = latest_checkpoint(out_dir)
-                raise TrainingError(f"{bad_streak} steps in a row had a non-finite loss or gradient "
-                                    f"({metrics['skip_reason']}); stopped at step {step}. Last checkpoint: {last}")
+            bad.observe(step, metrics, t.updates_per_step, bool(batch.kept), out_dir)
             if step % t.save_every == 0 or step == t.steps or out_of_time:
                 checkpoint()
             if out_of_time:

@@ -18,7 +18,8 @@ from typing import Any
 
 from posttrain.config import RLConfig
 from posttrain.fsio import atomic_file
-from posttrain.recipes.rl_groups import ScoredGroup, violations
+from posttrain.recipes.rl_groups import violations
+from posttrain.types import Group
 from posttrain.verifiers.ensemble import DisagreementTracker
 from posttrain.verifiers.monitors import RewardHackingMonitor, note_resume, write_alerts
 
@@ -31,7 +32,7 @@ def _jsonable(value: Any) -> Any:
         return str(value)
 
 
-def rollout_records(step: int, groups: list[ScoredGroup]) -> list[dict]:
+def rollout_records(step: int, groups: list[Group]) -> list[dict]:
     """One record per freshly generated trajectory (replayed ones were logged when generated)."""
     out = []
     for g in groups:
@@ -42,7 +43,7 @@ def rollout_records(step: int, groups: list[ScoredGroup]) -> list[dict]:
                 "completion": traj.text, "reference": _jsonable(g.task.reference),
                 "scores": {s.verifier: s.value for s in traj.scores}, "score": raw, "reward": traj.reward,
                 "finish_reason": traj.finish_reason,
-                "events": sorted({str(e) for s in traj.scores for e in (s.details.get("events") or ())}),
+                "events": list(traj.events),
             })
     return out
 
@@ -55,7 +56,7 @@ class Auditor:
         self.monitor = RewardHackingMonitor(gap_widen=m.gap_widen, surge_factor=m.surge_factor, surge_min=m.surge_min)
         self.alerts: list = []
 
-    def step(self, step: int, generated: list[ScoredGroup], train_pass_rate: float) -> tuple[dict, list[str]]:
+    def step(self, step: int, generated: list[Group], train_pass_rate: float) -> tuple[dict, list[str]]:
         """After verifying a step: log its rollouts, measure disagreement and violations.
         Returns (metrics, warning lines)."""
         if self.log:
@@ -65,8 +66,9 @@ class Auditor:
                 for rec in rollout_records(step, generated):
                     f.write(json.dumps(rec) + "\n")
         for g in generated:
-            for traj in g.trajectories[g.replayed :]:
-                self.tracker.add(g.task.domain, g.task.id, traj.text, list(traj.scores))
+            for traj in g.fresh:
+                self.tracker.add(g.task.domain, g.task.id, traj.text, list(traj.scores),
+                                 thresholds=g.task.metadata.get("verifier_thresholds"))
         metrics = self.tracker.metrics()
         warnings = self.tracker.warnings()
         self.tracker.reset()

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from posttrain.envs.single_turn import rollout
 from posttrain.eval.harness import CORRECT
-from posttrain.recipes.rl_groups import ScoredGroup
+from posttrain.types import Group
 from posttrain.rollout.engine import SamplingParams
 from posttrain.types import Task
 from posttrain.verifiers import run_verifiers, task_score
@@ -24,9 +24,9 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def _summary(groups: list[ScoredGroup]) -> dict[str, float]:
-    raw = [r for g in groups for r in g.raw if r is not None]
-    lengths = [sum(t.loss_mask) for g in groups for t in g.trajectories[g.replayed:]]
+def _summary(groups: list[Group]) -> dict[str, float]:
+    raw = [r for g in groups for r in g.raw[g.replayed:] if r is not None]  # what the current policy did
+    lengths = [sum(t.loss_mask) for g in groups for t in g.fresh]
     return {
         "score": _mean(raw),
         "pass_rate": _mean([float(r >= CORRECT) for r in raw]),
@@ -35,11 +35,11 @@ def _summary(groups: list[ScoredGroup]) -> dict[str, float]:
     }
 
 
-def domain_metrics(kept: list[ScoredGroup], generated: list[ScoredGroup]) -> dict[str, float]:
+def domain_metrics(kept: list[Group], generated: list[Group]) -> dict[str, float]:
     out = _summary(generated)
     rewards = [t.reward for g in kept for t in g.trajectories if t.reward is not None]
     out["reward"] = _mean(rewards)
-    by_domain: dict[str, list[ScoredGroup]] = defaultdict(list)
+    by_domain: dict[str, list[Group]] = defaultdict(list)
     for g in generated:
         by_domain[g.task.domain].append(g)
     for domain, groups in sorted(by_domain.items()):
@@ -51,16 +51,6 @@ def domain_metrics(kept: list[ScoredGroup], generated: list[ScoredGroup]) -> dic
 
 
 def evaluate(engine, tokenizer, eval_sets: dict[str, list[Task]], stop_ids, max_tokens: int) -> dict[str, float]:
-    tasks = [t for domain in sorted(eval_sets) for t in eval_sets[domain]]
-    if not tasks:
-        return {}
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop_token_ids=tuple(stop_ids))
-    trajs = rollout(engine, tokenizer, tasks, [1] * len(tasks), params, [0] * len(tasks), engine.version)
-    correct: dict[str, list[float]] = defaultdict(list)
-    for task, (traj,) in zip(tasks, trajs):
-        scores, errors = run_verifiers(task, traj)
-        value = task_score(scores, task)
-        correct[task.domain].append(float(not errors and value is not None and value >= CORRECT))
-    out = {f"pass@1/{d}": _mean(v) for d, v in sorted(correct.items())}
-    out["pass@1"] = _mean(list(out.values()))
-    return out
+    from posttrain.eval.suite import evaluate_in_loop  # the same code path as `posttrain eval`
+
+    return evaluate_in_loop(engine, tokenizer, eval_sets, stop_ids, max_tokens)

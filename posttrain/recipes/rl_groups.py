@@ -1,20 +1,22 @@
 """Collecting one RL step's scored groups: rollout, verify, shape, filter, backfill, replay.
 
-    groups, stats = collect_groups(ctx, step, temperature)
+    batch = collect_groups(ctx, step, temperature)
+    batch.kept        the step's training groups (types.Group), at most prompts_per_step
+    batch.generated   every group generated this step, dropped ones included (for metrics)
+    batch.stats       timings and counters (plain numbers)
 
-1. replay: `replay_ratio` of the step's groups are past tasks from the buffer, each group
-   = one stored successful trajectory (with its old policy version and sampler logprobs)
-   + `samples_per_prompt - 1` fresh samples (ExGRPO-style mixing: the group's advantage
-   stays relative to the current policy, the PPO ratio corrects for the stale sample);
-2. fresh tasks from the mixture fill the rest, `samples_per_prompt` samples each;
+1. replay (the plan and its advantage math: posttrain/buffer.py): `buffer.replay_ratio` of the
+   step's trajectories are stored successes of past tasks, placed in replay groups of
+   m <= K/2 stored successes + K - m fresh samples of the same task;
+2. fresh tasks from the mixture fill the rest, K = `samples_per_prompt` samples each;
 3. every trajectory is verified (a verifier that raises counts as an error and the sample
    gets no score: it is excluded from the group) and its reward shaped; the raw task score
-   is kept apart;
+   is kept apart, and what the verifiers report as violations goes into `Trajectory.events`;
 4. dynamic sampling: a group whose raw scores all agree carries no signal: it is dropped
-   and new groups are drawn (at most `max_attempts` rounds in all), so the batch keeps its
-   size when it can; `filtered_groups` counts the dropped ones.
+   and new groups are drawn (at most `max_attempts` rounds in all), replay groups first while
+   the step's replayed share is short, so the batch keeps its size and its replay share when it can.
 
-Seeds of every sampling request and of the replay pick come from (seed, step, attempt),
+Seeds of every sampling request and of the replay picks come from (seed, step, attempt),
 so a step is reproducible without any saved generator state.
 """
 
@@ -29,26 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from posttrain.algos.shaping import format_reward, length_penalty, overlong_penalty
-from posttrain.buffer import ReplayBuffer
+from posttrain.buffer import ReplayBuffer, replay_plan
 from posttrain.config import RewardConfig, RLConfig
 from posttrain.envs.single_turn import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
-from posttrain.types import Score, Task, Trajectory
+from posttrain.types import Group, Score, Task, Trajectory
 from posttrain.verifiers import run_verifiers_many, task_score
-
-
-@dataclass
-class ScoredGroup:
-    task: Task
-    trajectories: list[Trajectory]  # rewards and scores filled in; replayed ones first
-    raw: list[float | None]  # raw task score per trajectory (None: no verifier could judge it)
-    replayed: int = 0  # how many of the trajectories came from the buffer
-
-    @property
-    def has_signal(self) -> bool:
-        valid = [r for r in self.raw if r is not None]
-        return len(valid) >= 2 and max(valid) > min(valid)
 
 
 @dataclass
@@ -63,6 +52,13 @@ class StepContext:
     verifier_errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StepBatch:
+    kept: list[Group]
+    generated: list[Group]
+    stats: dict
+
+
 def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: int) -> float:
     n = sum(traj.loss_mask)
     reward = raw
@@ -75,18 +71,30 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
     return reward
 
 
-def verify_all(ctx: StepContext, groups: list[tuple[Task, list[Trajectory]]]) -> list[list[tuple[list[Score], list[str]]]]:
+def verify_all(ctx: StepContext, groups: list[tuple[Task, list[Trajectory]]]) -> list[tuple[list, float]]:
     """run_verifiers_many on every group, `reward.verify_workers` groups at a time (sandboxed and
-    process-backed verifiers wait on other processes, so threads overlap them), in order."""
+    process-backed verifiers wait on other processes, so threads overlap them), in order; each
+    group's verdicts come with the seconds its verification took."""
+    def timed(group):
+        started = time.perf_counter()
+        return run_verifiers_many(*group), time.perf_counter() - started
+
     workers = ctx.cfg.reward.verify_workers or 2 * (os.cpu_count() or 1)
     if workers == 1 or len(groups) < 2:
-        return [run_verifiers_many(t, trajs) for t, trajs in groups]
+        return [timed(g) for g in groups]
     with ThreadPoolExecutor(min(workers, len(groups))) as pool:
-        return list(pool.map(lambda g: run_verifiers_many(*g), groups))
+        return list(pool.map(timed, groups))
 
 
-def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int,
-                verdicts: list[tuple[list[Score], list[str]]]) -> ScoredGroup:
+def events_of(scores: list[Score]) -> tuple[str, ...]:
+    """What verifiers reported as violations: `details["events"]` (sandbox limits, early exits,
+    touched tests, forged verdicts) and `details["injection"]` (judge injections)."""
+    found = [str(e) for s in scores for e in (s.details.get("events") or ())]
+    found += ["judge_injection" for s in scores if s.details.get("injection")]
+    return tuple(sorted(set(found)))
+
+
+def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int, verdicts, seconds: float) -> Group:
     raw: list[float | None] = []
     done: list[Trajectory] = []
     for traj, (scores, errors) in zip(trajs, verdicts):
@@ -94,82 +102,116 @@ def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed:
         value = None if errors else task_score(scores, task)
         reward = None if value is None else shaped_reward(value, traj, ctx.cfg.reward, ctx.cfg.rollout.max_tokens)
         raw.append(value)
-        done.append(replace(traj, scores=tuple(scores), reward=reward))
-    return ScoredGroup(task, done, raw, replayed)
+        timings = {**traj.timings, "verify": seconds}
+        done.append(replace(traj, scores=tuple(scores), reward=reward, events=events_of(scores), timings=timings))
+    return Group(task, tuple(done), tuple(raw), replayed, ctx.version)
 
 
-def violations(groups: list[ScoredGroup]) -> Counter:
-    """Counts of what verifiers reported as violations (`details["events"]`: sandbox limits,
-    early exits, touched tests, forged verdicts; `details["injection"]`: judge injections)."""
-    found: Counter = Counter()
-    for g in groups:
-        for traj in g.trajectories[g.replayed:]:
-            for s in traj.scores:
-                found.update(str(e).split(":")[0] for e in s.details.get("events", ()) or ())
-                if s.details.get("injection"):
-                    found["judge_injection"] += 1
-    return found
+def violations(groups: list[Group]) -> Counter:
+    """Counts of the fresh trajectories' violation events by kind (the text before any ':')."""
+    return Counter(e.split(":")[0] for g in groups for traj in g.fresh for e in traj.events)
 
 
 def _seed(cfg: RLConfig, step: int, attempt: int) -> int:
     return random.Random(f"rollout:{cfg.train.seed}:{step}:{attempt}").getrandbits(48)
 
 
-def collect_groups(ctx: StepContext, step: int, temperature: float) -> tuple[list[ScoredGroup], dict]:
+def _replayed_count(groups: list[Group]) -> int:
+    return sum(g.replayed for g in groups)
+
+
+def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch:
     cfg, k = ctx.cfg, ctx.cfg.rollout.samples_per_prompt
     want = cfg.rollout.prompts_per_step
     params = SamplingParams(temperature=temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
                             max_tokens=cfg.rollout.max_tokens, stop_token_ids=tuple(ctx.stop_ids))
-    replay = []
-    if ctx.buffer is not None and len(ctx.buffer) and cfg.buffer.replay_ratio > 0:
-        n_replay = min(round(cfg.buffer.replay_ratio * want), want - 1 if want > 1 else 0)
-        replay = ctx.buffer.sample(n_replay, random.Random(f"replay:{cfg.train.seed}:{step}"))
-    kept: list[ScoredGroup] = []
-    generated: list[ScoredGroup] = []
+    replay_on = ctx.buffer is not None and cfg.buffer.replay_ratio > 0
+    target, per_group = replay_plan(cfg.buffer.replay_ratio if replay_on else 0.0, want, k)
+    slots = math.ceil(target / per_group) if target else 0  # groups reserved for replay
+    fresh_kept: list[Group] = []
+    replay_kept: list[Group] = []
+    generated: list[Group] = []
+    used: set[str] = set()  # task ids of this step's groups (a task is not in two groups)
+    exhausted = not replay_on or not len(ctx.buffer)  # no more stored tasks to draw: fresh groups fill in
     stats = {"time/rollout": 0.0, "time/verify": 0.0, "filtered_groups": 0, "rollout_attempts": 0,
              "generated_groups": 0, "replay_groups": 0}
-    n_new = want - len(replay)
     for attempt in range(cfg.dynamic_sampling.max_attempts):
-        fresh = ctx.mixture.sample(n_new, step, attempt) if n_new > 0 else []
-        extra = replay if attempt == 0 else []
-        tasks = fresh + [e.task for e in extra]
-        counts = [k] * len(fresh) + [k - 1] * len(extra)
+        short = target - _replayed_count(replay_kept)
+        n_replay = 0 if exhausted or short <= 0 else max(0, slots - len(replay_kept))
+        stored = []
+        if n_replay:
+            rng = random.Random(f"replay:{cfg.train.seed}:{step}:{attempt}")
+            stored = ctx.buffer.sample(n_replay, rng, exclude_task_ids=used, per_task=per_group)
+            exhausted = len(stored) < n_replay
+            # the short count spread over the drawn tasks, m_i <= per_group (and what each task has)
+            n = max(1, len(stored))
+            stored = [entries[: max(1, short // n + (i < short % n))] for i, entries in enumerate(stored)]
+            used.update(entries[0].task.id for entries in stored)
+        reserved = len(replay_kept) + len(stored)  # the replay slots still open are all drawn now
+        n_fresh = max(0, want - reserved - len(fresh_kept))
+        if attempt > 0 and n_fresh > 0:  # over-provision by the keep rate seen so far
+            kept_so_far = len(fresh_kept) + len(replay_kept)
+            keep_rate = max(0.25, kept_so_far / max(1, stats["generated_groups"]))
+            n_fresh = min(2 * want, math.ceil(n_fresh / keep_rate))
+        fresh = ctx.mixture.sample(n_fresh, step, attempt) if n_fresh > 0 else []
+        used.update(t.id for t in fresh)
+        if not fresh and not stored:
+            break
+        tasks = fresh + [entries[0].task for entries in stored]
+        counts = [k] * len(fresh) + [k - len(entries) for entries in stored]
         seed = _seed(cfg, step, attempt)
         seeds = [seed + i * k for i in range(len(tasks))]
         t0 = time.perf_counter()
         trajs = rollout(ctx.engine, ctx.tokenizer, tasks, counts, params, seeds, ctx.version)
         t1 = time.perf_counter()
         members = [(t, list(g), 0) for t, g in zip(fresh, trajs)]
-        members += [(e.task, [e.trajectory] + list(g), 1) for e, g in zip(extra, trajs[len(fresh):])]
+        members += [(entries[0].task, [e.trajectory for e in entries] + list(g), len(entries))
+                    for entries, g in zip(stored, trajs[len(fresh):])]
         verdicts = verify_all(ctx, [(t, g) for t, g, _ in members])
-        groups = [score_group(ctx, t, g, r, v) for (t, g, r), v in zip(members, verdicts)]
+        groups = [score_group(ctx, t, g, r, v, s) for (t, g, r), (v, s) in zip(members, verdicts)]
         stats["time/rollout"] += t1 - t0
         stats["time/verify"] += time.perf_counter() - t1
         stats["rollout_attempts"] += 1
         stats["generated_groups"] += len(groups)
-        add_to_buffer(ctx, groups, step)
+        add_to_buffer(ctx, groups, step, per_group)
         generated += groups
         for g in groups:
             if cfg.dynamic_sampling.enabled and not g.has_signal:
                 stats["filtered_groups"] += 1
             else:
-                kept.append(g)
-        missing = want - len(kept)
-        if missing <= 0 or not cfg.dynamic_sampling.enabled:
+                (replay_kept if g.replayed else fresh_kept).append(g)
+        replay_done = exhausted or _replayed_count(replay_kept) >= target
+        if not cfg.dynamic_sampling.enabled or (replay_done and len(fresh_kept) + len(replay_kept) >= want):
             break
-        keep_rate = max(0.25, len(kept) / max(1, stats["generated_groups"]))
-        n_new = min(2 * want, math.ceil(missing / keep_rate))
-    kept = kept[:want]
-    stats["replay_groups"] = sum(1 for g in kept if g.replayed)
-    stats["all_groups"] = generated  # for the per-domain metrics (popped by the recipe)
-    return kept, stats
+    replay_kept = replay_kept[:want]
+    kept = fresh_kept[: want - len(replay_kept)] + replay_kept
+    stats["replay_groups"] = len(replay_kept)
+    return StepBatch(kept, generated, stats)
 
 
-def add_to_buffer(ctx: StepContext, groups: list[ScoredGroup], step: int) -> None:
-    """One fresh success per group goes into the buffer (replayed trajectories are not re-added)."""
+def add_to_buffer(ctx: StepContext, groups: list[Group], step: int, per_group: int) -> None:
+    """Up to `per_group` distinct fresh successes of each group go into the buffer (replayed
+    trajectories are never re-added), so a later replay group can hold several of them."""
     if ctx.buffer is None:
         return
     for g in groups:
+        seen: set[tuple[int, ...]] = set()
         for traj, raw in list(zip(g.trajectories, g.raw))[g.replayed:]:
-            if raw is not None and ctx.buffer.add(g.task, traj, raw, step):
+            if len(seen) >= max(1, per_group):
                 break
+            ids = tuple(traj.token_ids)
+            if raw is not None and ids not in seen and ctx.buffer.add(g.task, traj, raw, step):
+                seen.add(ids)
+
+
+def replay_metrics(kept: list[Group], step: int) -> dict[str, float]:
+    """The share of the step's trained trajectories (and of their trained tokens) that were replayed,
+    and the replayed ones' mean age in policy versions."""
+    trained = [(t, j < g.replayed) for g in kept for j, t in enumerate(g.trajectories) if t.reward is not None]
+    replayed = [t for t, r in trained if r]
+    tokens = sum(sum(t.loss_mask) for t, _ in trained)
+    return {
+        "replay/share_trajectories": len(replayed) / len(trained) if trained else 0.0,
+        "replay/share_tokens": sum(sum(t.loss_mask) for t in replayed) / tokens if tokens else 0.0,
+        "replay/mean_age": sum(step - t.policy_version for t in replayed) / len(replayed) if replayed else 0.0,
+    }

@@ -1,8 +1,11 @@
 """Trajectories -> packed micro-batches with per-token RL data -> the trainer's logprobs.
 
 Each trained token carries its advantage, the logprob it was sampled with (the "old"
-logprob of the PPO ratio), optionally the reference model's logprob, and the step-global
-index of its sequence (for sequence-level loss aggregation). The token at position t of a
+logprob of the PPO ratio), its sample's sampling temperature (every logprob the trainer
+computes for a sample is log_softmax(logits / T) at the T it was sampled with, so a replayed
+trajectory sampled at T=1.0 early in a schedule is trained at T=1.0 later, and its ratio is 1
+before any update), optionally the reference model's logprob, and the step-global index of its
+sequence (for sequence-level loss aggregation). The token at position t of a
 sample is predicted from the hidden state at position t-1.
 
 Shared-prefix packing. A sample's prefix is its tokens before its first trained token (the
@@ -49,6 +52,7 @@ class Sample:
     seq: int  # index of this sequence within its optimizer step
     ref_logprobs: Sequence[float] | None = None  # [T]
     token_weights: Sequence[float] | None = None  # [T] per-token loss multiplier (e.g. truncated IS), default 1
+    temperature: float = 1.0  # the logprob temperature it was sampled at (SamplingParams.logprob_temperature)
 
 
 @dataclass
@@ -64,6 +68,7 @@ class RLMicroBatch:
     seq_index: torch.Tensor  # [N] long
     ref_logprobs: torch.Tensor | None  # [N]
     token_weights: torch.Tensor | None  # [N]
+    temperatures: torch.Tensor  # [N] float: each trained token's sample's temperature
 
     @property
     def num_tokens(self) -> int:
@@ -126,7 +131,8 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
     seg = np.zeros(shape, dtype=np.int64)  # 0 = prefix, i = suffix of the unit's i-th member, -1 = padding
     with_ref = samples[0].ref_logprobs is not None
     with_w = samples[0].token_weights is not None
-    cols: dict[str, list[np.ndarray]] = {f: [] for f in ("pred", "tpos", "tgt", "old", "adv", "seq", "ref", "wts")}
+    cols: dict[str, list[np.ndarray]] = {f: [] for f in ("pred", "tpos", "tgt", "old", "adv", "seq", "ref", "wts",
+                                                          "temp")}
     uid = 0
     for r, row in enumerate(rows):
         at = 0
@@ -151,6 +157,7 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
                 cols["old"].append(np.asarray(s.old_logprobs, dtype=np.float32)[ts])
                 cols["adv"].append(np.full(len(ts), s.advantage, dtype=np.float32))
                 cols["seq"].append(np.full(len(ts), s.seq, dtype=np.int64))
+                cols["temp"].append(np.full(len(ts), s.temperature, dtype=np.float32))
                 if with_ref:
                     cols["ref"].append(np.asarray(s.ref_logprobs, dtype=np.float32)[ts])
                 if with_w:
@@ -179,6 +186,7 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
         seq_index=flat["seq"],
         ref_logprobs=flat["ref"],
         token_weights=flat["wts"],
+        temperatures=flat["temp"] if flat["temp"] is not None else torch.zeros(0),
     )
 
 
@@ -239,8 +247,8 @@ def hidden_and_head(model, mb: RLMicroBatch) -> tuple[torch.Tensor, torch.nn.Mod
     return hidden.reshape(-1, hidden.shape[-1])[mb.pred_index], base.get_output_embeddings()
 
 
-def token_logits(model, mb: RLMicroBatch, temperature: float) -> torch.Tensor:
-    """Logits / temperature predicting the trained tokens, [N, V] in fp32.
+def token_logits(model, mb: RLMicroBatch) -> torch.Tensor:
+    """Logits / T predicting the trained tokens, [N, V] in fp32, T = each token's sample's temperature.
 
     The LM head runs only on the gathered states, except for models whose head does more than a
     linear map (soft-capping, scaling: see train/packing.py), which take the full forward."""
@@ -248,9 +256,13 @@ def token_logits(model, mb: RLMicroBatch, temperature: float) -> torch.Tensor:
     if any(getattr(base.config, name, None) is not None for name in _LOGIT_TRANSFORMS):
         logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids,
                        attention_mask=_attention_mask(base, mb), use_cache=False).logits
-        return logits.reshape(-1, logits.shape[-1])[mb.pred_index].float() / max(temperature, 1e-6)
+        return logits.reshape(-1, logits.shape[-1])[mb.pred_index].float() / _temps(mb)
     hidden, head = hidden_and_head(model, mb)
-    return head(hidden).float() / max(temperature, 1e-6)
+    return head(hidden).float() / _temps(mb)
+
+
+def _temps(mb: RLMicroBatch) -> torch.Tensor:
+    return mb.temperatures.clamp_min(1e-6)[:, None]
 
 
 def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -259,9 +271,10 @@ def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 
 @torch.no_grad()
-def sequence_logprobs(model, samples: list[Sample], *, temperature: float, max_tokens_per_microbatch: int,
+def sequence_logprobs(model, samples: list[Sample], *, max_tokens_per_microbatch: int,
                       pad_id: int, share_prefix: bool | None = None) -> list[list[float]]:
-    """Per-token logprobs of each sample's trained tokens under `model` ([T] each, 0 where untrained).
+    """Per-token logprobs of each sample's trained tokens under `model` at the sample's own temperature
+    ([T] each, 0 where untrained).
     `share_prefix` None: shared-prefix packing when the model supports it."""
     if share_prefix is None:
         share_prefix = supports_shared_prefix(model)
@@ -269,7 +282,7 @@ def sequence_logprobs(model, samples: list[Sample], *, temperature: float, max_t
     numbered = [replace(s, seq=k) for k, s in enumerate(samples)]  # seq = index into `out`
     for mb in build_rl_microbatches(numbered, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
                                     share_prefix=share_prefix):
-        lp = gather_logprobs(token_logits(model, mb, temperature), mb.targets).tolist()
+        lp = gather_logprobs(token_logits(model, mb), mb.targets).tolist()
         for value, s, t in zip(lp, mb.seq_index.tolist(), mb.token_pos.tolist()):
             out[s][t] = value
     return out

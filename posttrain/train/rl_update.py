@@ -38,14 +38,14 @@ def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
     return out
 
 
-def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature: float, max_tokens: int,
+def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, max_tokens: int,
                     max_tokens_per_microbatch: int, pad_id: int, device) -> dict:
     lengths = torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0}
     for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
                                     share_prefix=supports_shared_prefix(model)):
         mb = mb.to(device)
-        logits = token_logits(model, mb, temperature)
+        logits = token_logits(model, mb)
         logp = gather_logprobs(logits, mb.targets)
         w = token_weights(mb.seq_index, lengths, mode=algo.aggregation, max_tokens=max_tokens)
         pg, stats = POLICY_LOSSES[algo.policy_loss](
@@ -81,7 +81,7 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, temperature:
     return sums
 
 
-def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: AlgoConfig, temperature: float,
+def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: AlgoConfig,
                   max_tokens: int, updates_per_step: int, max_tokens_per_microbatch: int, pad_id: int,
                   grad_clip: float, device) -> dict:
     """Run the step's optimizer updates; returns metrics (means over updates) and `skipped` reasons."""
@@ -89,7 +89,7 @@ def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: A
     results, skipped = [], []
     for part in split_minibatches(samples, updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        out = _minibatch_loss(model, part, algo=algo, temperature=temperature, max_tokens=max_tokens,
+        out = _minibatch_loss(model, part, algo=algo, max_tokens=max_tokens,
                               max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id, device=device)
         if "nonfinite" in out:
             optimizer.zero_grad(set_to_none=True)

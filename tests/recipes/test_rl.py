@@ -33,12 +33,12 @@ def cfg_for(tmp_path, model_dir, **extra) -> RLConfig:
 
 
 def test_rl_raises_reward_and_logs_every_phase(tmp_path, tiny_model_dir):
-    cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 12, "train.eval_every": 6, "train.save_every": 6,
+    cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 16, "train.eval_every": 8, "train.save_every": 8,
                                                   "optim.lr": 1e-2, "rollout.samples_per_prompt": 8})
     final = rl.run(cfg)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     steps = [r for r in rows if r["step"] > 0]
-    assert [r["step"] for r in steps] == list(range(1, 13))
+    assert [r["step"] for r in steps] == list(range(1, 17))
     first = sum(r["score"] for r in steps[:3]) / 3
     last = sum(r["score"] for r in steps[-3:]) / 3
     assert first < 0.75 and last > first + 0.15, (first, last)  # a random policy is right half the time
@@ -48,14 +48,30 @@ def test_rl_raises_reward_and_logs_every_phase(tmp_path, tiny_model_dir):
         assert key in steps[0], key
     temps = [r["temperature"] for r in steps]
     assert temps[0] == 1.0 and temps[-1] == pytest.approx(0.3) and temps == sorted(temps, reverse=True)
-    assert [r["step"] for r in rows if "pass@1/toy" in r] == [0, 6, 12]
+    assert [r["step"] for r in rows if "pass@1/toy" in r] == [0, 8, 16]
     assert load_model(str(final)).config.num_hidden_layers == 2
     ckpt = latest_checkpoint(tmp_path / "run")
     state = json.loads((ckpt / "state.json").read_text())
-    assert state["step"] == 12 and state["mixture"]["toy"]["cursor"] >= 12 * 3 and state["reference"] is None
+    assert state["step"] == 16 and state["mixture"]["toy"]["cursor"] >= 16 and state["reference"] is None
     buf = ReplayBuffer.load(ckpt / "replay")
     assert len(buf) == steps[-1]["buffer/size"] > 0
     assert any(r["replay_groups"] > 0 for r in steps[1:])
+    assert steps[0]["replay/share_trajectories"] == steps[0]["replay/mean_age"] == 0  # step 1: empty buffer
+    assert all(0 <= r["replay/share_trajectories"] <= 0.5 for r in steps)
+
+
+def test_replay_is_a_share_of_trained_trajectories(tmp_path, tiny_model_dir):
+    """replay_ratio 0.5 with groups of 8: up to 4 stored successes + 4 fresh samples per replay group,
+    so about half of what is trained is replayed (one stored success per group would give 1/8)."""
+    cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 6, "rollout.samples_per_prompt": 8,
+                                                  "buffer.replay_ratio": 0.5, "train.eval_every": 6})
+    rl.run(cfg)
+    steps = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["step"] > 0]
+    shares = [r["replay/share_trajectories"] for r in steps]
+    assert shares[0] == 0 and all(0 <= x <= 0.5 for x in shares)
+    assert max(shares[2:]) > 0.3, shares  # well above the 1/8 a single stored success per group gives
+    assert all(r["replay/mean_age"] >= 1 for r in steps[2:] if r["replay/share_trajectories"] > 0)
+    assert all(0 < r["replay/share_tokens"] <= 1 for r in steps[2:] if r["replay/share_trajectories"] > 0)
 
 
 def test_raising_verifier_is_counted_and_the_step_goes_on(tmp_path, tiny_model_dir):
@@ -80,11 +96,12 @@ def test_raising_verifier_is_counted_and_the_step_goes_on(tmp_path, tiny_model_d
 
 def test_nonfinite_losses_stop_the_run_with_the_last_checkpoint_intact(tmp_path, tiny_model_dir, monkeypatch):
     import posttrain.train.rl_update as upd
+    import posttrain.train.step as train_step
 
     real, calls = upd.token_logits, {"n": 0}
 
-    def poisoned(model, mb, temperature):
-        logits = real(model, mb, temperature)
+    def poisoned(model, mb):
+        logits = real(model, mb)
         calls["n"] += 1
         return logits * float("nan") if step_now["value"] >= 2 else logits
 
@@ -97,7 +114,7 @@ def test_nonfinite_losses_stop_the_run_with_the_last_checkpoint_intact(tmp_path,
         return out
 
     monkeypatch.setattr(upd, "token_logits", poisoned)
-    monkeypatch.setattr(rl, "update_policy", counting_update)
+    monkeypatch.setattr(train_step, "update_policy", counting_update)
     cfg = cfg_for(tmp_path, tiny_model_dir, **{"train.steps": 10, "train.max_bad_steps": 3})
     with pytest.raises(TrainingError, match="3 steps in a row had a non-finite"):
         rl.run(cfg)
@@ -132,6 +149,7 @@ def test_no_reference_model_without_kl_and_kl_logged_with_it(tmp_path, tiny_mode
     (["tasks=[]"], "the mixture is empty"),
     (["rollout.prompts_per_step=0"], "rollout.prompts_per_step"),
     (["rollout.samples_per_prompt=1"], "group-relative estimator 'grpo'"),
+    (["buffer.replay_ratio=0.6"], "buffer.replay_ratio"),
     (['tasks=[{"name": "basic_arithmetc"}]', "train.steps=1"], "did you mean basic_arithmetic"),
 ])
 def test_bad_config_is_a_one_line_error(tmp_path, tiny_model_dir, override, message):

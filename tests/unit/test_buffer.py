@@ -9,7 +9,7 @@ import random
 import pytest
 
 import posttrain.buffer as buffer_mod
-from posttrain.buffer import ENTRIES_FILE, SUMMARY_FILE, Entry, ReplayBuffer
+from posttrain.buffer import replay_plan, ENTRIES_FILE, SUMMARY_FILE, Entry, ReplayBuffer
 from posttrain.errors import CheckpointError
 from posttrain.types import Limits, Score, Task, Trajectory
 
@@ -145,11 +145,11 @@ def test_sample_distinct_tasks_and_exclusion():
         add(buf, f"t{i % 4}", step=i, k=i)  # 4 tasks, 3 entries each
     rng = random.Random(0)
     for n in (1, 3, 4, 10):
-        got = buf.sample(n, rng)
+        got = one(buf.sample(n, rng))
         assert len(got) == min(n, 4) and len(set(ids(got))) == len(got)
         assert all(isinstance(e, Entry) for e in got)
     for _ in range(20):
-        got = buf.sample(4, rng, exclude_task_ids={"t1", "t3"})
+        got = one(buf.sample(4, rng, exclude_task_ids={"t1", "t3"}))
         assert sorted(ids(got)) == ["t0", "t2"]
     assert buf.sample(4, rng, exclude_task_ids=["t0", "t1", "t2", "t3"]) == []
 
@@ -160,7 +160,7 @@ def test_sample_is_uniform_over_tasks_then_entries():
         add(buf, "many", k=k)
     add(buf, "one")
     rng = random.Random(1)
-    draws = [buf.sample(1, rng)[0] for _ in range(4000)]
+    draws = [buf.sample(1, rng)[0][0] for _ in range(4000)]
     share_many = sum(e.task.id == "many" for e in draws) / len(draws)
     assert 0.46 < share_many < 0.54  # per task, not per entry (that would be 0.75)
     ks = [e.trajectory.token_ids[-1] - 4 for e in draws if e.task.id == "many"]
@@ -176,6 +176,30 @@ def test_sample_is_deterministic_given_rng_state():
         assert buf.sample(n, a, exclude_task_ids={"t4"}) == buf.sample(n, b, exclude_task_ids={"t4"})
     assert a.getstate() == b.getstate()
     assert buf.sample(5, random.Random(1)) != buf.sample(5, random.Random(2))
+
+
+def test_sample_several_distinct_entries_per_task():
+    buf = ReplayBuffer(50)
+    for k in range(5):
+        add(buf, "five", step=k, k=k)
+    for k in range(2):
+        add(buf, "two", step=k, k=10 + k)
+    got = {entries[0].task.id: entries for entries in buf.sample(2, random.Random(3), per_task=3)}
+    assert sorted(got) == ["five", "two"]
+    assert len(got["five"]) == 3 and len(got["two"]) == 2  # up to per_task, never one entry twice
+    assert len({e.trajectory.token_ids for e in got["five"]}) == 3
+    assert all(e.task.id == "five" for e in got["five"])
+    with pytest.raises(ValueError, match="per_task"):
+        buf.sample(1, random.Random(0), per_task=0)
+
+
+def test_replay_plan_counts_trajectories_not_groups():
+    assert replay_plan(0.3, 16, 8) == (38, 4)  # 38 of 128 trajectories; replay groups hold <= 4 stored
+    assert replay_plan(0.5, 16, 8) == (64, 4)  # every group half stored: the most this placement allows
+    assert replay_plan(0.0, 16, 8) == (0, 4)
+    assert replay_plan(0.3, 4, 3) == (4, 1)
+    with pytest.raises(ValueError, match=r"replay_ratio must be in \[0, 0.5\]"):
+        replay_plan(0.6, 16, 8)
 
 
 def test_mean_age_and_summary():
@@ -195,13 +219,19 @@ def test_mean_age_and_summary():
 OPS = [("add", f"t{i % 7}", f"d{i % 3}", [1.0, 0.6, 0.3][i % 3], i) for i in range(40)]
 
 
+def one(drawn):
+    """The first entry of each drawn task (the sample() of per_task=1)."""
+    assert all(len(entries) == 1 for entries in drawn)
+    return [entries[0] for entries in drawn]
+
+
 def run_ops(buf: ReplayBuffer, ops, rng: random.Random) -> list:
     """Apply adds; every 5th op also samples (the sample is recorded)."""
     log = []
     for j, (_, tid, dom, score, step) in enumerate(ops):
         log.append(add(buf, tid, dom, score=score, step=step, k=step))
         if j % 5 == 4:
-            log.append(ids(buf.sample(3, rng, exclude_task_ids={tid})))
+            log.append(ids(one(buf.sample(3, rng, exclude_task_ids={tid}))))
     return log
 
 

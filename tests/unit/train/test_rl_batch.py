@@ -5,6 +5,7 @@ and logprobs (and their gradients) from shared-prefix packing (a group's prompt 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import random
 from types import SimpleNamespace
 
@@ -222,7 +223,8 @@ def unpacked_logprobs(model, s: Sample, temperature: float) -> list[float]:
 
 
 def worst_error(model, samples, temperature, **kw) -> float:
-    got = sequence_logprobs(model, samples, temperature=temperature, pad_id=PAD, **kw)
+    samples = [replace(s, temperature=temperature) for s in samples]
+    got = sequence_logprobs(model, samples, pad_id=PAD, **kw)
     worst = 0.0
     for s, lp in zip(samples, got):
         ref = unpacked_logprobs(model, s, temperature)
@@ -283,7 +285,7 @@ def test_sliding_window_model_falls_back(groups):
     assert worst_error(model, groups, 1.0, max_tokens_per_microbatch=4096) <= 1e-5
     (mb,) = build_rl_microbatches(groups, max_tokens_per_microbatch=4096, pad_id=PAD)
     with pytest.raises(TrainingError, match="share_prefix=False"):
-        token_logits(model, mb, 1.0)
+        token_logits(model, mb)
 
 
 def test_gradients_equal_the_unshared_computation(model, groups):
@@ -305,8 +307,9 @@ def test_gradients_equal_the_unshared_computation(model, groups):
             (picked * torch.tensor([coef[s.seq][t] for t in ts])).sum().backward()
     expected = grads()
     for budget, share in ((4096, True), (64, True), (64, False)):
-        for mb in build_rl_microbatches(groups, max_tokens_per_microbatch=budget, pad_id=PAD, share_prefix=share):
-            logp = gather_logprobs(token_logits(model, mb, 0.8), mb.targets)
+        warm = [replace(s, temperature=0.8) for s in groups]
+        for mb in build_rl_microbatches(warm, max_tokens_per_microbatch=budget, pad_id=PAD, share_prefix=share):
+            logp = gather_logprobs(token_logits(model, mb), mb.targets)
             w = torch.tensor([coef[s][t] for s, t in zip(mb.seq_index.tolist(), mb.token_pos.tolist())])
             (logp * w).sum().backward()
         got = grads()
@@ -314,3 +317,20 @@ def test_gradients_equal_the_unshared_computation(model, groups):
         for name in expected:
             scale = float(expected[name].abs().max())
             assert torch.allclose(got[name], expected[name], rtol=1e-4, atol=1e-6 * scale), (budget, share, name)
+
+
+def test_each_sample_keeps_its_own_temperature_in_a_shared_batch(model, groups):
+    """Samples of one micro-batch at different temperatures: each token's logprob is the one its
+    own sample's temperature gives (a replayed T=1.0 trajectory beside fresh T=0.3 ones)."""
+    temps = [1.0, 0.3, 0.7, 1.3]
+    mixed = [replace(s, temperature=temps[k % len(temps)]) for k, s in enumerate(groups)]
+    got = sequence_logprobs(model, mixed, max_tokens_per_microbatch=4096, pad_id=PAD)
+    assert len(build_rl_microbatches(mixed, max_tokens_per_microbatch=4096, pad_id=PAD)) == 1
+    worst, off = 0.0, 0.0
+    for s, lp in zip(mixed, got):
+        ref = unpacked_logprobs(model, s, s.temperature)
+        other = unpacked_logprobs(model, s, 0.5)
+        worst = max(worst, max(abs(a - b) for a, b in zip(lp, ref)))
+        off = max(off, max(abs(a - b) for a, b in zip(lp, other)))
+    assert worst <= 1e-5
+    assert off > 0.05  # the temperature matters at this size: a single shared T would be caught

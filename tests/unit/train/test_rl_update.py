@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -54,26 +55,26 @@ def make_samples(model, n: int, seed: int, temperature: float = 1.0) -> list[Sam
         ids = sampled(model, prompt, rng.randint(3, 14), seed + k)
         mask = [0] * len(prompt) + [1] * (len(ids) - len(prompt))
         raw.append(Sample(ids, mask, [0.0] * len(ids), 0.0, k))
-    lp = sequence_logprobs(model, raw, temperature=temperature, max_tokens_per_microbatch=4096, pad_id=PAD)
-    return [Sample(s.token_ids, s.loss_mask, lp[k], 0.0, k) for k, s in enumerate(raw)]
+    raw = [replace(s, temperature=temperature) for s in raw]
+    lp = sequence_logprobs(model, raw, max_tokens_per_microbatch=4096, pad_id=PAD)
+    return [replace(s, old_logprobs=lp[k]) for k, s in enumerate(raw)]
 
 
 def with_advantages(samples, advs):
-    return [Sample(s.token_ids, s.loss_mask, s.old_logprobs, a, s.seq, s.ref_logprobs, s.token_weights)
-            for s, a in zip(samples, advs)]
+    return [replace(s, advantage=a) for s, a in zip(samples, advs)]
 
 
-def run_update(model, samples, *, algo=None, optimizer=None, budget=4096, updates=1, temperature=1.0):
+def run_update(model, samples, *, algo=None, optimizer=None, budget=4096, updates=1):
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0) if isinstance(
         optimizer, torch.optim.Optimizer) else NoSchedule()
-    return update_policy(model, optimizer, scheduler, samples, algo=algo or AlgoConfig(), temperature=temperature,
+    return update_policy(model, optimizer, scheduler, samples, algo=algo or AlgoConfig(),
                          max_tokens=MAX_TOKENS, updates_per_step=updates, max_tokens_per_microbatch=budget,
                          pad_id=PAD, grad_clip=1e9, device=CPU)
 
 
 def seq_logprob(model, s: Sample) -> float:
-    return sum(sequence_logprobs(model, [s], temperature=1.0, max_tokens_per_microbatch=4096, pad_id=PAD)[0])
+    return sum(sequence_logprobs(model, [s], max_tokens_per_microbatch=4096, pad_id=PAD)[0])
 
 
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
@@ -156,7 +157,7 @@ def step_samples(base_model):
         # old logprobs off by up to +-0.4 so that some ratios leave the clip range; a reference model nearby
         old = [v + rng.uniform(-0.4, 0.4) if m else 0.0 for v, m in zip(s.old_logprobs, s.loss_mask)]
         ref = [v + rng.uniform(-0.3, 0.3) if m else 0.0 for v, m in zip(s.old_logprobs, s.loss_mask)]
-        out.append(Sample(s.token_ids, s.loss_mask, old, [1.0, -0.5, 0.3, -1.2, 0.8, -0.1][k], k, ref))
+        out.append(replace(s, old_logprobs=old, advantage=[1.0, -0.5, 0.3, -1.2, 0.8, -0.1][k], seq=k, ref_logprobs=ref))
     return out
 
 
@@ -169,7 +170,7 @@ def test_gradients_match_full_batch_loss_however_split(model, step_samples, aggr
     assert (count(4096), count(24), count(longest)) == (1, 3, 6)
     for budget in (4096, 24, longest):  # all in one row / two sequences / one sequence per micro-batch
         rec = GradRecorder(model)
-        metrics = run_update(model, step_samples, algo=algo, optimizer=rec, budget=budget, temperature=0.8)
+        metrics = run_update(model, step_samples, algo=algo, optimizer=rec, budget=budget)
         assert metrics["skipped_updates"] == 0 and len(rec.grads) == 1
         assert max_rel_diff(rec.grads[0], expected) < 1e-5, (aggregation, budget)
     assert 0 < metrics["clip_frac"] < 1  # the clip branch was exercised
