@@ -102,6 +102,17 @@ def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParam
             raise ValueError(f"generate: prompt {i} is empty")
 
 
+_SEED_RANGE = 2**63 - 1  # drawn seeds are in [0, 2**63 - 1): any engine or server takes them
+
+
+def request_seed(params: SamplingParams) -> int:
+    """The seed a request samples with: `params.seed` when it is set, untouched (a seeded request
+    never reads any RNG, so it samples the same whatever else is drawn); when None, one draw from
+    the global torch RNG. Every engine calls this once per request, in request order, so a run
+    of unseeded requests is reproducible under `torch.manual_seed` (and only under it)."""
+    return params.seed if params.seed is not None else int(torch.randint(_SEED_RANGE, ()))
+
+
 def sample_next(
     logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor,
     min_p: torch.Tensor | None = None,

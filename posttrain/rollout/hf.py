@@ -23,9 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams, check_batch, sample_next
-
-_SEED_RANGE = 2**63 - 1
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch, request_seed, sample_next
 
 
 def _new_cache(model):
@@ -129,8 +127,7 @@ class HFEngine:
                 raise ValueError(f"generate: prompt {i} has a token id outside the vocabulary [0, {vocab})")
             if p.stop and self.tokenizer is None:
                 raise ValueError(f"generate: request {i} has stop strings but the engine was built without a tokenizer")
-        # unseeded requests draw their seed from the global torch RNG, in request order
-        seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
+        seeds = [request_seed(p) for p in params]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
         for start in range(0, len(order), self.max_batch_sequences):

@@ -18,9 +18,9 @@ Token ids and logprobs are read back, in this order of preference (`parse_choice
 When the server gives no logprobs, `Completion.logprobs` holds NaN for every token: callers that
 need the sampler's logprobs (an RL loss) must recompute them.
 
-Unseeded requests get a seed from the global torch RNG, as in `HFEngine`. Connection errors and
-408/429/502/503/504 are retried with exponential backoff; other errors raise `RemoteEngineError`
-with the server's message.
+Unseeded requests get a seed from `request_seed` (the global torch RNG), as in every engine.
+Connection errors and 408/429/502/503/504 are retried with exponential backoff; other errors
+raise `RemoteEngineError` with the server's message.
 
 Weights: `update_weights` needs `weights_dir`, a directory the server can read: the state dict is
 written there as model.safetensors and the server is asked to load it through SGLang's
@@ -42,9 +42,8 @@ from typing import Any, Mapping, Sequence
 import httpx
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams, check_batch
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch, request_seed
 
-_SEED_RANGE = 2**63 - 1  # as HFEngine
 _RETRY_STATUS = {408, 429, 502, 503, 504}
 _TOKEN_ID = re.compile(r"token_id:(\d+)$")
 
@@ -172,7 +171,7 @@ class RemoteEngine:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
         check_batch(prompts, params)
-        seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
+        seeds = [request_seed(p) for p in params]
         bodies = []
         for prompt, p, seed in zip(prompts, params, seeds):
             body = {**completion_request(self.model, prompt, p, seed), **self.extra_body}

@@ -4,7 +4,7 @@ extra `pip install 'posttrain[vllm]'`). Nothing here imports vllm until an engin
 - Prompts go in as token ids; each request gets vLLM sampling params from `vllm_sampling_kwargs`
   (a pure function): `ignore_eos` with the caller's `stop_token_ids` only, stop strings, top-k
   (0 -> -1, "off" in every vLLM version), top-p, min-p, a seed per request (unseeded requests draw
-  one from the global torch RNG, as in `HFEngine`), and `logprobs=0`: the sampled token's logprob.
+  one with `request_seed`, as every engine does), and `logprobs=0`: the sampled token's logprob.
 - `completion_from_output` (pure) turns a vLLM `CompletionOutput` into a `Completion`.
 - `update_weights` loads a trainer state dict (HF names) through the model's own `load_weights`,
   as verl and OpenRLHF do, then resets the prefix cache (its KV was computed under old weights).
@@ -29,11 +29,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from posttrain.rollout.engine import Completion, SamplingParams, check_batch
+from posttrain.rollout.engine import Completion, SamplingParams, check_batch, request_seed
 
 log = logging.getLogger(__name__)
 
-_SEED_RANGE = 2**63 - 1  # as HFEngine
 INSTALL_HINT = "the vllm engine needs vLLM (CUDA machines): pip install 'posttrain[vllm]'"
 
 
@@ -137,7 +136,7 @@ class VLLMEngine:
         if caveat and not self._warned:
             log.warning("vllm engine: logprobs differ from the sampler contract: %s", caveat)
             self._warned = True
-        seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
+        seeds = [request_seed(p) for p in params]
         vllm_params = [self._params_cls(**vllm_sampling_kwargs(p, s)) for p, s in zip(params, seeds)]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], vllm_params, use_tqdm=False)
         return [completion_from_output(o.outputs[0]) for o in outputs]
