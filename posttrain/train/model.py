@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.errors import ModelLoadError
+from posttrain.errors import ConfigError, ModelLoadError
 
 
 @contextmanager
@@ -33,11 +33,20 @@ def pick_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """'auto' is fp32 on CPU and bf16 on GPU."""
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """The torch dtype for a dtype name on `device` (every loader and engine resolves through here):
+    'auto' is fp32 on CPU and bf16 on CUDA; a name in `_DTYPES`; a torch dtype is returned as is."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    if dtype not in _DTYPES:
+        raise ConfigError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {dtype!r}")
+    return _DTYPES[dtype]
 
 
 def _check_path(path: str) -> None:

@@ -106,19 +106,6 @@ class ModelSpec:
         )
 
 
-def resolve_dtype(dtype: Any, device: torch.device) -> torch.dtype:
-    """'auto' is fp32 on CPU and bf16 on CUDA; names or torch dtypes otherwise."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ConfigError(f"paged engine: dtype must be one of auto, {', '.join(table)}; got {dtype!r}")
-    return table[dtype]
-
-
 def _req(c: Mapping[str, Any], key: str) -> Any:
     if c.get(key) is None:
         raise ConfigError(f"paged engine: model config has no {key!r}")

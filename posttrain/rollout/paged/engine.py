@@ -17,8 +17,8 @@ back, each is sampled with the request's next uniform as if the drafts were its 
 and the drafts are kept up to the first one that differs from its sample (that sample is
 then the next token). The output is the one sampling without drafts would give.
 
-Seeds: a request's uniforms come from its own generator (seeded with `params.seed`, or a seed
-drawn from the global torch RNG when None, as HFEngine does), one per sampled token, so a
+Seeds: a request's uniforms come from its own generator (seeded with `request_seed(params)`:
+`params.seed`, or a draw from the global torch RNG when None), one per sampled token, so a
 seeded completion does not depend on what else is in the batch. After `update_weights`,
 running requests are recomputed under the new weights and the prefix index is cleared.
 """
@@ -35,14 +35,14 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, check_batch, sample_next
+from posttrain.rollout.engine import Completion, SamplingParams, StepOutput, check_batch, request_seed, sample_next
 from posttrain.rollout.paged.attention import prepare_inputs
 from posttrain.rollout.paged.cache import BlockAllocator, KVCache
-from posttrain.rollout.paged.config import ModelSpec, resolve_dtype
+from posttrain.rollout.paged.config import ModelSpec
 from posttrain.rollout.paged.model import PagedModel, load_safetensors
 from posttrain.rollout.paged.scheduler import ScheduledSeq, Scheduler, Sequence as Seq
+from posttrain.train.model import resolve_dtype
 
-_SEED_RANGE = 2**63 - 1  # as HFEngine
 _DEFAULT_CPU_KV_BYTES = 2 << 30
 _DEFAULT_CUDA_KV_FRACTION = 0.4
 _CPU_BUCKET_BYTES = 4 << 20  # of the free device memory after the weights are loaded
@@ -135,12 +135,15 @@ class PagedEngine:
 
     # ---- requests ----
 
-    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams, seed: int | None = None) -> int:
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> int:
         """Queue a request (thread-safe); it joins the batch at the next step. Returns its id."""
         prompt = [int(t) for t in prompt_ids]
         self._check(prompt, params, "add_request")
-        if seed is None:
-            seed = params.seed if params.seed is not None else int(torch.randint(_SEED_RANGE, ()))
+        return self._enqueue(prompt, params)
+
+    def _enqueue(self, prompt: list[int], params: SamplingParams) -> int:
+        """Queue a checked request, drawing its seed (`request_seed`) when it has none."""
+        seed = request_seed(params)
         with self._lock:
             rid = next(self._ids)
             self._pending.append(Seq(rid, prompt, params, seed, next(self._arrival)))
@@ -157,13 +160,15 @@ class PagedEngine:
                 return True
         return self.scheduler.has_unfinished()
 
-    def _check(self, prompt: list[int], params: SamplingParams, where: str) -> None:
+    def _check(self, prompt: list[int], params: SamplingParams, where: str, name: str = "the prompt") -> None:
+        """The per-request checks, made once per request where it enters: in `add_request`, or in
+        `generate` for its whole batch before any request is queued (errors name it `name`)."""
         if not prompt:
-            raise ValueError(f"{where}: the prompt is empty")
+            raise ValueError(f"{where}: {name} is empty")
         if min(prompt) < 0 or max(prompt) >= self.spec.vocab_size:
-            raise ValueError(f"{where}: the prompt has a token id outside the vocabulary [0, {self.spec.vocab_size})")
+            raise ValueError(f"{where}: {name} has a token id outside the vocabulary [0, {self.spec.vocab_size})")
         if len(prompt) >= self.max_model_len:
-            raise ValueError(f"{where}: the prompt has {len(prompt)} tokens but the context limit max_model_len is "
+            raise ValueError(f"{where}: {name} has {len(prompt)} tokens but the context limit max_model_len is "
                              f"{self.max_model_len} (the prompt and at least one new token must fit)")
         if params.stop and self.tokenizer is None:
             raise ValueError(f"{where}: stop strings need a tokenizer; the engine was built without one")
@@ -284,15 +289,11 @@ class PagedEngine:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]:
         """Add every request, step until all are finished (run no other step loop meanwhile)."""
-        check_batch(prompts, params)
-        for i, (prompt, p) in enumerate(zip(prompts, params)):
-            try:
-                self._check([int(t) for t in prompt], p, "generate")
-            except ValueError as e:
-                raise ValueError(str(e).replace("generate: the prompt", f"generate: prompt {i}")) from None
-        # unseeded requests draw their seed from the global torch RNG, in request order
-        seeds = [p.seed if p.seed is not None else int(torch.randint(_SEED_RANGE, ())) for p in params]
-        ids = [self.add_request(prompt, p, seed) for prompt, p, seed in zip(prompts, params, seeds)]
+        check_batch(prompts, params)  # the batch-level checks
+        batch = [[int(t) for t in prompt] for prompt in prompts]
+        for i, (prompt, p) in enumerate(zip(batch, params)):  # every request before any is queued
+            self._check(prompt, p, "generate", f"prompt {i}")
+        ids = [self._enqueue(prompt, p) for prompt, p in zip(batch, params)]
         index = {rid: i for i, rid in enumerate(ids)}
         tokens: list[list[int]] = [[] for _ in ids]
         logprobs: list[list[float]] = [[] for _ in ids]
