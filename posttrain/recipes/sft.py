@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from rich.console import Console
 
@@ -37,14 +35,15 @@ from posttrain.algos.sft import sft_loss_sum
 from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import SFTConfig, save_config
 from posttrain.errors import CheckpointError, DataError
-from posttrain.fsio import replace_dir
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.data import load_chat_examples, split_eval
-from posttrain.train.lora import apply_lora, merge_lora, trainable_parameters
-from posttrain.train.model import load_model, load_tokenizer, pick_device, quiet_hf_progress, resolve_dtype
+from posttrain.train.lora import apply_lora, trainable_parameters
+from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.packing import MicroBatch, build_microbatches, loss_logits, tokenize_examples
+# re-export for recipes/rl.py until it imports from train/ (sft.py uses both itself too)
+from posttrain.train.run import export_final, seed_everything
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -158,25 +157,6 @@ def enable_activation_checkpointing(model) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
-    """out_dir/final: plain HF model (adapters merged) + tokenizer, replaced atomically."""
-    final = out_dir / "final"
-    tmp = out_dir / ".final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    plain = merge_lora(model).to(dtype)
-    with quiet_hf_progress():
-        plain.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    replace_dir(tmp, final)
-    return final
 
 
 def run(cfg: SFTConfig, resume: bool = False) -> Path:

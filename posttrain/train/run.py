@@ -1,0 +1,38 @@
+"""What every training recipe does at the start and at the end of a run.
+
+    seed_everything(cfg.train.seed)                       # first thing in run()
+    final = export_final(model, tokenizer, out_dir, dtype)  # out_dir/final, last thing
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from posttrain.fsio import replace_dir
+from posttrain.train.lora import merge_lora
+from posttrain.train.model import quiet_hf_progress
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global RNGs (unseeded rollout requests draw from torch's)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
+    """out_dir/final: plain HF model (adapters merged) + tokenizer, replaced atomically."""
+    final = out_dir / "final"
+    tmp = out_dir / ".final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain = merge_lora(model).to(dtype)
+    with quiet_hf_progress():
+        plain.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    replace_dir(tmp, final)
+    return final
