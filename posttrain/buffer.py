@@ -65,7 +65,7 @@ import os
 import pickle
 import random
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -138,14 +138,18 @@ class ReplayBuffer:
         if not float(score) >= self.min_score:  # written so that NaN is rejected too
             self._stats["rejected"] += 1
             return False
-        domain_ids = self._by_domain.get(task.domain)
+        self._make_room(task.domain)
+        self._insert(Entry(task, trajectory, float(score), int(step)))
+        self._stats["added"] += 1
+        return True
+
+    def _make_room(self, domain: str) -> None:
+        """Evict by the rules above so that one more entry of `domain` fits."""
+        domain_ids = self._by_domain.get(domain)
         if self.per_domain_quota is not None and domain_ids is not None and len(domain_ids) >= self.per_domain_quota:
             self._evict(self._entries[domain_ids[0]])
         elif len(self._entries) >= self.capacity:
             self._evict(next(iter(self._entries.values())))
-        self._insert(Entry(task, trajectory, float(score), int(step)))
-        self._stats["added"] += 1
-        return True
 
     def _insert(self, entry: Entry) -> None:
         key = self._next
@@ -217,6 +221,21 @@ class ReplayBuffer:
             "newest_step": max(steps) if steps else None,
             **self._stats,  # totals since the buffer was created: added, rejected (score < min_score), evicted
         }
+
+    def seeded_from(self, directory: str | os.PathLike) -> "ReplayBuffer":
+        """This (empty) buffer filled with the entries another run saved in `directory`, re-based so the
+        newest source step becomes -1 (entry steps and policy versions then count back from this run's
+        step 0: ages stay positive); added oldest first under this buffer's own capacity, quota and
+        min_score. For continuing on new domains while replaying the old ones' successes."""
+        source = ReplayBuffer.load(directory)
+        entries = source.entries()
+        offset = 1 + max((e.step for e in entries), default=-1)
+        for e in entries:
+            traj = replace(e.trajectory, policy_version=e.trajectory.policy_version - offset)
+            if e.score >= self.min_score:
+                self._make_room(e.task.domain)
+                self._insert(Entry(e.task, traj, e.score, e.step - offset))
+        return self
 
     # ------------------------------------------------------------ persistence
 

@@ -100,6 +100,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     b = cfg.buffer
     buffer = ReplayBuffer(b.capacity, b.per_domain_quota, b.min_score) if b.enabled else None
+    if buffer is not None and b.load_from:
+        buffer.seeded_from(b.load_from)
     save_config(cfg, out_dir)
 
     # 3. resume: every piece of state that crosses a step boundary

@@ -353,3 +353,18 @@ def test_failed_save_leaves_previous_buffer_intact(tmp_path, monkeypatch):
     assert ReplayBuffer.load(tmp_path).entries() == old.entries()
     newer.save(tmp_path)  # and a later save works
     assert ReplayBuffer.load(tmp_path).entries() == newer.entries()
+
+
+def test_seeded_from_another_run_rebases_steps_and_versions(tmp_path):
+    src = ReplayBuffer(10)
+    for i in range(4):
+        add(src, f"t{i}", step=5 + i, k=i)
+    add(src, "low", score=0.2, step=9)  # rejected by min_score 1.0 in src already
+    src.save(tmp_path / "src")
+    buf = ReplayBuffer(3, min_score=1.0).seeded_from(tmp_path / "src")
+    assert [e.task.id for e in buf.entries()] == ["t1", "t2", "t3"]  # capacity 3: the oldest evicted
+    assert [e.step for e in buf.entries()] == [-3, -2, -1]
+    assert buf.mean_age(0) == pytest.approx(2.0)
+    with pytest.raises(CheckpointError, match="missing"):
+        ReplayBuffer(3).seeded_from(tmp_path / "nowhere")
+    assert [e.trajectory.policy_version for e in buf.entries()] == [-3, -2, -1]
