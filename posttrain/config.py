@@ -152,14 +152,18 @@ class SFTConfig(Strict):
 
 class EvalConfig(Strict):
     model: str = "runs/sft/final"
-    tasks: str = "basic_arithmetic,chain_sum"  # "NAME[:N],..." reasoning-gym domains
-    n_per_domain: int = Field(50, gt=0)  # tasks per domain when SPEC gives no :N
+    # "NAME[:N],FILE[:N],...": reasoning-gym domains, JSONL task files, HumanEval-format code files
+    tasks: str = "basic_arithmetic,chain_sum"
+    n_per_domain: int = Field(50, gt=0)  # tasks per reasoning-gym domain when SPEC gives no :N (files: all)
+    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/rollout/engine.py ENGINES
+    engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {base_url: ...} for remote
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
     samples: int = Field(1, gt=0)  # K: completions per task, for pass@K
     seed: int = 1_000_000  # held-out seeds start here, far from training seeds
     temperature: float = Field(0.0, ge=0)  # 0: greedy (samples>1 then forces sampling at 1.0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(128, gt=0)  # worked solutions of 4-5 term problems need ~100 tokens
-    batch_size: int = Field(64, gt=0)
+    batch_size: int = Field(64, gt=0)  # sequences the engine decodes at once
     out: str = "runs/eval/eval.json"
     task_options: dict[str, dict[str, Any]] = {}  # reasoning-gym options per domain
 
@@ -244,10 +248,14 @@ class DynamicSamplingConfig(Strict):
 
 class BufferConfig(Strict):
     enabled: bool = True
-    replay_ratio: float = Field(0.3, ge=0, lt=1)  # share of each batch's groups drawn from the buffer (0.3-0.5)
+    # share of each step's trained trajectories that are replayed stored successes (buffer.py: why <= 0.5)
+    replay_ratio: float = Field(0.3, ge=0, le=0.5)
     capacity: int = Field(4096, gt=0)
     per_domain_quota: int | None = Field(None, gt=0)
     min_score: float = Field(1.0, ge=0, le=1)  # raw score that counts as a success
+    # a saved buffer (a checkpoint's replay/ directory) to start from: its successes are replayed
+    # while this run trains on other domains (benchmarks/replay_forgetting.py)
+    load_from: str | None = None
 
 
 class RewardConfig(Strict):

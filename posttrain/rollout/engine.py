@@ -24,33 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
-    top_k: int = 0  # 0 = off
-    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability (0 = off)
-    max_tokens: int = 128  # new tokens at most, >= 1
-    stop_token_ids: tuple[int, ...] = ()
-    stop: tuple[str, ...] = ()  # stop strings (checked on the decoded completion)
-    seed: int | None = None  # same seed + same weights -> same completion, whatever else is in the batch
-
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p <= 1:
-            raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
-        if self.top_k < 0:
-            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
-        if isinstance(self.stop, str) or isinstance(self.stop_token_ids, int):
-            raise ValueError("SamplingParams.stop and stop_token_ids are tuples, not a single value")
-        if any(not s for s in self.stop):
-            raise ValueError("SamplingParams.stop holds an empty stop string")
+from posttrain.types import SamplingParams  # noqa: F401  (defined with the other messages)
 
 
 @dataclass(frozen=True)
