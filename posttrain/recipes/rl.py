@@ -45,7 +45,6 @@ from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import domain_metrics, evaluate
 from posttrain.recipes.rl_groups import StepContext, collect_groups, replay_metrics
 from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, step_metrics, warn
-from posttrain.recipes.sft import export_final, seed_everything
 from posttrain.rollout.engine import ENGINES
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
@@ -54,6 +53,7 @@ from posttrain.telemetry.timer import PhaseTimer
 from posttrain.train.lora import apply_lora
 from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler
+from posttrain.train.run import export_final, seed_everything
 from posttrain.train.step import train_step
 from posttrain.train.weights import engine_state_dict, model_identity
 

@@ -42,7 +42,6 @@ from posttrain.train.lora import apply_lora, trainable_parameters
 from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.packing import MicroBatch, build_microbatches, loss_logits, tokenize_examples
-# re-export for recipes/rl.py until it imports from train/ (sft.py uses both itself too)
 from posttrain.train.run import export_final, seed_everything
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
