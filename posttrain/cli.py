@@ -124,16 +124,19 @@ def eval_(
     config: Optional[str] = ConfigArg,
     overrides: Optional[list[str]] = OverridesArg,
     model: Optional[str] = typer.Option(None, "--model", help="Model directory (HF layout)."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Domains: NAME[:N],NAME[:N],..."),
+    tasks: Optional[str] = typer.Option(
+        None, "--tasks", help="NAME[:N],FILE[:N],...: reasoning-gym domains, JSONL task files, HumanEval-format files."),
     samples: Optional[int] = typer.Option(None, "--samples", help="K completions per task (pass@K)."),
-    n: Optional[int] = typer.Option(None, "--n", help="Tasks per domain when SPEC gives no :N."),
+    n: Optional[int] = typer.Option(None, "--n", help="Tasks per reasoning-gym domain when SPEC gives no :N."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Rollout engine: paged (built-in, default) or hf."),
     out: Optional[str] = typer.Option(None, "--out", help="Where to write the JSON results."),
 ) -> None:
-    """Evaluate a model on held-out reasoning-gym tasks: pass@1 and pass@K per domain."""
+    """Evaluate a model through the rollout engine and the verifiers: pass@1 and pass@K per domain, with 95% intervals."""
     from posttrain.config import EvalConfig, load_config
 
     path, rest = _split(config, overrides)
-    for key, value in (("model", model), ("tasks", tasks), ("samples", samples), ("n_per_domain", n), ("out", out)):
+    for key, value in (("model", model), ("tasks", tasks), ("samples", samples), ("n_per_domain", n),
+                       ("engine", engine), ("out", out)):
         if value is not None:
             rest.append(f"{key}={value}")
     cfg = load_config(EvalConfig, path, rest)

@@ -1,16 +1,23 @@
-"""`posttrain eval`: held-out reasoning-gym tasks -> pass@1 / pass@K per domain, as JSON.
+"""`posttrain eval`: a model on held-out tasks -> pass@1 / pass@K per domain with 95% intervals, as JSON.
 
-    run(EvalConfig(model="runs/sft/final", tasks="basic_arithmetic:100,chain_sum", samples=4))
+    run(EvalConfig(model="runs/sft/final", tasks="basic_arithmetic:100,chain_sum,data/qa.jsonl", samples=4))
 
-Tasks come from seeds starting at `cfg.seed` (1_000_000 by default; training data stays
-below that and skips held-out questions). Each prompt is rendered with the model's chat
-template (add_generation_prompt), completions stop at <|im_end|> (or <|endoftext|>). A sample counts as
-correct when the dataset's `score_answer` gives it full marks (1.0); pass@k uses the
-unbiased estimator. Writes:
+The same code path as the RL loop's held-out eval (suite.py `evaluate_tasks`): the rollout
+Engine named by `cfg.engine` (`paged`, the built-in engine, by default; `hf` the reference),
+the single-turn environment and the verifier registry. Tasks (sources.py): reasoning-gym domains
+from seeds starting at `cfg.seed` (1_000_000 by default; training data stays below that and skips
+held-out questions), JSONL task files and HumanEval-format code files (verified by `code` in the
+sandbox). Completions stop at the tokenizer's and model's end-of-sequence ids and at <|im_end|> /
+<|endoftext|>. Writes, each atomically (a failed run leaves earlier files as they were):
 
-    cfg.out                        {"model", "samples", "seed", "domains": {NAME: {"n", "pass@1",
-                                    "pass@K", "mean_length"}}, "overall": {"pass@1", "pass@K"}}
-    <out stem>.completions.jsonl   one line per sample: id, domain, completion, extracted, score
+    cfg.out   {"model": path, "engine": name, "samples": K, "seed": int, "temperature": float,
+               "top_p": float, "max_tokens": int, "tasks": spec,
+               "domains": {NAME: {"n", "pass@1", "pass@1_ci95": [lo, hi], "pass@K", "pass@K_ci95",
+                                  "mean_length", "verifier_errors"}},
+               "overall": {the same keys: n = all tasks, pass@k = mean over domains}}
+              (pass@K keys only when K > 1; intervals and overall as documented in suite.py)
+    <out stem>.completions.jsonl   one line per sample: id, domain, sample, completion, score,
+                                   correct, finish_reason, num_tokens, scores (per verifier), errors
 """
 
 from __future__ import annotations
@@ -24,43 +31,16 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.config import EvalConfig
-from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.eval.generate import Generation, generate
-from posttrain.eval.passk import mean_pass_at_k
+from posttrain.errors import ConfigError
+from posttrain.eval.sources import load_spec, parse_spec
+from posttrain.eval.suite import CORRECT, EvalResult, evaluate_tasks, metric_keys
 from posttrain.fsio import write_text_atomic
-from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, extract_answer, make_tasks, score
 from posttrain.telemetry.progress import progress_bar
-from posttrain.types import Task
+
+__all__ = ["CORRECT", "completions_path", "parse_spec", "result_json", "run", "sampling_temperature", "stop_ids"]
 
 console = Console(stderr=True)
-CORRECT = 1.0 - 1e-9  # a sample is correct when its score reaches full marks
-
-
-def parse_spec(spec: str, default_n: int) -> list[tuple[str, int]]:
-    """"a:10,b" -> [("a", 10), ("b", default_n)]; unknown domains and bad counts raise ConfigError."""
-    out: list[tuple[str, int]] = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, count = item.partition(":")
-        name = name.strip()
-        if sep:
-            try:
-                n = int(count)
-            except ValueError:
-                raise ConfigError(f"tasks: {item!r}: expected NAME:N with an integer N") from None
-            if n <= 0:
-                raise ConfigError(f"tasks: {item!r}: N must be > 0")
-        else:
-            n = default_n
-        check_domain(name)
-        if any(name == seen for seen, _ in out):
-            raise ConfigError(f"tasks: domain {name!r} is listed twice")
-        out.append((name, n))
-    if not out:
-        raise ConfigError(f"tasks: {spec!r} names no domain; expected NAME[:N],NAME[:N],...")
-    return out
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of turn; end of document (a base model's natural stop)
 
 
 def sampling_temperature(temperature: float, samples: int) -> float:
@@ -68,47 +48,10 @@ def sampling_temperature(temperature: float, samples: int) -> float:
     return 1.0 if samples > 1 and temperature == 0 else temperature
 
 
-def summarize(
-    tasks: list[Task], scores: list[list[float]], lengths: list[list[int]], samples: int
-) -> dict[str, dict[str, float]]:
-    """Per-domain {"n", "pass@1", "pass@K", "mean_length"} from per-sample scores (K per task)."""
-    by_domain: dict[str, list[int]] = {}
-    for i, task in enumerate(tasks):
-        by_domain.setdefault(task.domain, []).append(i)
-    out: dict[str, dict[str, float]] = {}
-    for domain, idx in by_domain.items():
-        counts = [(len(scores[i]), sum(s >= CORRECT for s in scores[i])) for i in idx]
-        row: dict[str, float] = {"n": len(idx), "pass@1": mean_pass_at_k(counts, 1)}
-        if samples > 1:
-            row[f"pass@{samples}"] = mean_pass_at_k(counts, samples)
-        all_lengths = [n for i in idx for n in lengths[i]]
-        row["mean_length"] = sum(all_lengths) / len(all_lengths) if all_lengths else 0.0
-        out[domain] = row
-    return out
-
-
-def overall(domains: dict[str, dict[str, float]], samples: int) -> dict[str, float]:
-    keys = ["pass@1"] + ([f"pass@{samples}"] if samples > 1 else [])
-    return {k: sum(d[k] for d in domains.values()) / len(domains) for k in keys} if domains else {}
-
-
-def score_completions(tasks: list[Task], completions: list[list[str]]) -> list[list[float]]:
-    return [[score(task, text) for text in texts] for task, texts in zip(tasks, completions)]
-
-
 def completions_path(out: str | os.PathLike) -> Path:
     """eval.json -> eval.completions.jsonl (next to it)."""
     p = Path(out)
     return p.with_name((p.stem if p.suffix == ".json" else p.name) + ".completions.jsonl")
-
-
-def _render_prompts(tokenizer, tasks: list[Task], model_path: str) -> list[str]:
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(f"model {model_path!r}: its tokenizer has no chat template (eval renders prompts as chat)")
-    return [tokenizer.apply_chat_template(list(t.prompt), tokenize=False, add_generation_prompt=True) for t in tasks]
-
-
-STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of turn; end of document (a base model's natural stop)
 
 
 def stop_ids(tokenizer, model=None) -> list[int]:
@@ -121,76 +64,74 @@ def stop_ids(tokenizer, model=None) -> list[int]:
     return sorted(i for i in ids if isinstance(i, int))
 
 
+def build_engine(cfg: EvalConfig, tokenizer):
+    """`ENGINES[cfg.engine]` on cfg.model, with the options rl.py gives it (dtype, device, batch limit)."""
+    from posttrain.rollout.engine import ENGINES
+    from posttrain.train.model import pick_device
+
+    if cfg.engine not in ENGINES:
+        raise ConfigError(f"engine: unknown engine {cfg.engine!r}; valid: {', '.join(sorted(ENGINES))}")
+    options: dict[str, Any] = {"dtype": cfg.dtype, "device": pick_device()}
+    if cfg.engine == "hf":
+        options["max_batch_sequences"] = cfg.batch_size
+    elif cfg.engine == "paged":
+        options["max_num_seqs"] = cfg.batch_size
+    else:  # remote / vllm take their own options only
+        options = {}
+    return ENGINES[cfg.engine](cfg.model, tokenizer, **{**options, **cfg.engine_options})
+
+
+def result_json(cfg: EvalConfig, result: EvalResult, temperature: float) -> dict[str, Any]:
+    return {"model": cfg.model, "engine": cfg.engine, "samples": cfg.samples, "seed": cfg.seed,
+            "temperature": temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_new_tokens, "tasks": cfg.tasks,
+            "domains": result.domains, "overall": result.overall}
+
+
+def _cell(row: dict[str, Any], key: str, bold: str = "") -> str:
+    lo, hi = row[f"{key}_ci95"]
+    return f"{bold}{row[key]:.3f}[/] [dim][{lo:.3f}, {hi:.3f}][/]" if bold else f"{row[key]:.3f} [dim][{lo:.3f}, {hi:.3f}][/]"
+
+
 def print_table(result: dict[str, Any]) -> None:
-    k = result["samples"]
-    keys = ["pass@1"] + ([f"pass@{k}"] if k > 1 else [])
-    table = Table(title=f"eval {result['model']} (K={k}, seed {result['seed']})")
-    table.add_column("domain")
-    table.add_column("n", justify="right")
-    for key in keys:
-        table.add_column(key, justify="right")
-    table.add_column("mean tokens", justify="right")
-    for name, row in result["domains"].items():
-        table.add_row(name, str(row["n"]), *[f"{row[key]:.3f}" for key in keys], f"{row['mean_length']:.1f}")
-    table.add_row("[bold]overall", "", *[f"[bold]{result['overall'][key]:.3f}" for key in keys], "")
+    keys = metric_keys(result["samples"])
+    errors = result["overall"].get("verifier_errors", 0)
+    table = Table(title=f"eval {result['model']} ({result['engine']}, K={result['samples']}, seed {result['seed']})")
+    for col in ["domain", "n"] + [f"{k} [95% CI]" for k in keys] + ["mean tokens"] + (["verifier errors"] if errors else []):
+        table.add_column(col, justify="left" if col == "domain" else "right")
+    rows = [(name, row, "") for name, row in result["domains"].items()] + [("overall", result["overall"], "[bold]")]
+    for name, row, bold in rows:
+        table.add_row(f"{bold}{name}", str(row["n"]), *[_cell(row, k, bold) for k in keys], f"{row['mean_length']:.1f}",
+                      *([str(row["verifier_errors"])] if errors else []))
     console.print(table)
 
 
 def run(cfg: EvalConfig) -> dict:
     """Evaluate cfg.model on cfg.tasks; writes cfg.out and the completions; returns the result dict."""
-    from posttrain.train.model import load_model_and_tokenizer
+    from posttrain.tasks.reasoning_gym import EVAL_SEED_START
+    from posttrain.train.model import load_tokenizer
 
-    spec = parse_spec(cfg.tasks, cfg.n_per_domain)
-    if cfg.seed < EVAL_SEED_START:
+    # everything the user can get wrong fails here, before a model is loaded
+    tasks = load_spec(cfg.tasks, cfg.n_per_domain, cfg.seed, cfg.task_options)
+    if cfg.seed < EVAL_SEED_START and any(t.metadata.get("source") == "reasoning_gym" for t in tasks):
         console.print(f"[yellow]warning[/]: eval seed {cfg.seed} < {EVAL_SEED_START}: tasks may overlap training data")
     temperature = sampling_temperature(cfg.temperature, cfg.samples)
     if temperature != cfg.temperature:
         console.print(f"[yellow]note[/]: samples={cfg.samples} at temperature 0 would all be equal; sampling at 1.0")
-    tasks = [task for name, n in spec for task in make_tasks(name, n, cfg.seed, config=cfg.task_options.get(name))]
-    model, tokenizer = load_model_and_tokenizer(cfg.model)
-    prompts = _render_prompts(tokenizer, tasks, cfg.model)
+    tokenizer = load_tokenizer(cfg.model)
+    engine = build_engine(cfg, tokenizer)
 
     with progress_bar(len(tasks), f"eval {Path(cfg.model).name}", enabled=True) as bar:
-        gens: list[list[Generation]] = generate(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=cfg.max_new_tokens,
-            num_samples=cfg.samples,
-            temperature=temperature,
-            top_p=cfg.top_p,
-            sequences_per_batch=cfg.batch_size,
-            eos_token_ids=stop_ids(tokenizer, model),
-            seed=cfg.seed,
-            on_batch=bar.update,
-        )
-    completions = [[g.text for g in row] for row in gens]
-    scores = score_completions(tasks, completions)
-    domains = summarize(tasks, scores, [[g.num_tokens for g in row] for row in gens], cfg.samples)
-    result = {
-        "model": cfg.model,
-        "samples": cfg.samples,
-        "seed": cfg.seed,
-        "domains": domains,
-        "overall": overall(domains, cfg.samples),
-    }
-    lines = [
-        json.dumps(
-            {
-                "id": task.id,
-                "domain": task.domain,
-                "sample": j,
-                "completion": g.text,
-                "extracted": extract_answer(g.text),
-                "score": s,
-                "finish_reason": g.finish_reason,
-            }
-        )
-        for task, row, row_scores in zip(tasks, gens, scores)
-        for j, (g, s) in enumerate(zip(row, row_scores))
-    ]
-    write_text_atomic(completions_path(cfg.out), "\n".join(lines) + "\n")
-    write_text_atomic(Path(cfg.out), json.dumps(result, indent=2) + "\n")
-    print_table(result)
+        result = evaluate_tasks(
+            engine, tokenizer, tasks, samples=cfg.samples, temperature=temperature, top_p=cfg.top_p,
+            max_tokens=cfg.max_new_tokens, stop_ids=stop_ids(tokenizer, getattr(engine, "model", None)),
+            seed=cfg.seed, tasks_per_call=max(1, 4 * cfg.batch_size // cfg.samples), on_progress=bar.update)
+    out = result_json(cfg, result, temperature)
+    lines = "".join(json.dumps(r.to_json()) + "\n" for r in result.records)
+    write_text_atomic(completions_path(cfg.out), lines)
+    write_text_atomic(Path(cfg.out), json.dumps(out, indent=2) + "\n")
+    print_table(out)
+    if out["overall"].get("verifier_errors"):
+        console.print(f"[yellow]warning[/]: {out['overall']['verifier_errors']} samples had verifier errors "
+                      f"(counted wrong; see `errors` in {completions_path(cfg.out)})")
     console.print(f"[dim]wrote {cfg.out} and {completions_path(cfg.out)}[/]")
-    return result
+    return out

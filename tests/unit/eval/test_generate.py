@@ -35,15 +35,28 @@ def test_k_samples_and_order(model_and_tok):
         generate(model, tok, PROMPTS, max_new_tokens=2, num_samples=2, temperature=0.0)
 
 
-def test_stops_at_eos(model_and_tok):
-    model, tok = model_and_tok
-    first = generate(model, tok, PROMPTS[:1], max_new_tokens=4)[0][0]
-    assert first.finish_reason == "length" or first.num_tokens < 4
-    # make the first generated token a stop token: generation ends right there
-    ids = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
+def _greedy_ids(model, ids: list[int], steps: int) -> list[int]:
+    """Greedy decoding by hand, one full forward per token (the reference for `generate`)."""
     import torch
 
+    out: list[int] = []
     with torch.no_grad():
-        next_id = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
-    stopped = generate(model, tok, PROMPTS[:1], max_new_tokens=4, eos_token_ids=[next_id])[0][0]
-    assert stopped.finish_reason == "stop" and stopped.num_tokens == 1
+        for _ in range(steps):
+            out.append(int(model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax()))
+    return out
+
+
+def test_stops_at_eos(model_and_tok):
+    model, tok = model_and_tok
+    ids = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
+    greedy = _greedy_ids(model, ids, 4)
+    # an eos id the greedy continuation never produces: generation runs to the length limit
+    unused = next(i for i in range(len(tok)) if i not in greedy)
+    free = generate(model, tok, PROMPTS[:1], max_new_tokens=4, eos_token_ids=[unused])[0][0]
+    assert free.finish_reason == "length" and free.num_tokens == 4
+    assert free.text == tok.decode(greedy, skip_special_tokens=True)
+    # make the k-th generated token a stop token: generation ends right there, the stop token included
+    for k in (0, 3):
+        first_at = greedy.index(greedy[k])  # an earlier equal token stops first
+        stopped = generate(model, tok, PROMPTS[:1], max_new_tokens=4, eos_token_ids=[greedy[k]])[0][0]
+        assert stopped.finish_reason == "stop" and stopped.num_tokens == first_at + 1
