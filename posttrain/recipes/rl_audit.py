@@ -42,7 +42,8 @@ def rollout_records(step: int, groups: list[Group]) -> list[dict]:
                 "step": step, "task_id": g.task.id, "domain": g.task.domain, "prompt": user[-1] if user else "",
                 "completion": traj.text, "reference": _jsonable(g.task.reference),
                 "scores": {s.verifier: s.value for s in traj.scores}, "score": raw, "reward": traj.reward,
-                "finish_reason": traj.finish_reason,
+                "finish_reason": traj.finish_reason, "turns": traj.turns, "policy_version": traj.policy_version,
+                "temperature": traj.sampling.temperature,
                 "events": list(traj.events),
             })
     return out
