@@ -41,8 +41,9 @@ from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import RLConfig, save_config
 from posttrain.errors import CheckpointError
 from posttrain.eval.harness import stop_ids
+from posttrain.eval.suite import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
-from posttrain.recipes.rl_eval import domain_metrics, evaluate
+from posttrain.recipes.rl_eval import domain_metrics
 from posttrain.recipes.rl_groups import StepContext, collect_groups, replay_metrics
 from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, step_metrics, warn
 from posttrain.rollout.engine import ENGINES
@@ -134,7 +135,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
 
     def held_out_eval(timer: PhaseTimer) -> dict:
         with timer("eval"):
-            metrics = evaluate(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
+            metrics = evaluate_in_loop(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
         auditor.held_out(step, metrics.get("pass@1", 0.0))
         return metrics
 

@@ -1,23 +1,18 @@
-"""What the RL loop reports about its samples and its held-out progress.
+"""What the RL loop reports about its samples (its held-out eval is `eval/suite.evaluate_in_loop`,
+the same code as `posttrain eval`).
 
 - `domain_metrics`: per step, over every generated group (dropped ones included): mean raw
   `score`, `pass_rate`, `zero_variance_frac`, `completion_len`, and the mean shaped `reward`
   over the groups actually trained on; overall and per domain as `<metric>/<domain>` (so the
   report draws one plot per metric with a line per domain);
-- `evaluate`: greedy pass@1 on held-out tasks through the rollout engine, `pass@1/<domain>`
-  and `pass@1` (the mean over domains).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from posttrain.envs.single_turn import rollout
 from posttrain.eval.harness import CORRECT
 from posttrain.types import Group
-from posttrain.rollout.engine import SamplingParams
-from posttrain.types import Task
-from posttrain.verifiers import run_verifiers, task_score
 
 
 def _mean(xs: list[float]) -> float:
@@ -48,9 +43,3 @@ def domain_metrics(kept: list[Group], generated: list[Group]) -> dict[str, float
                         if t.reward is not None]
         out[f"reward/{domain}"] = _mean(kept_rewards)
     return out
-
-
-def evaluate(engine, tokenizer, eval_sets: dict[str, list[Task]], stop_ids, max_tokens: int) -> dict[str, float]:
-    from posttrain.eval.suite import evaluate_in_loop  # the same code path as `posttrain eval`
-
-    return evaluate_in_loop(engine, tokenizer, eval_sets, stop_ids, max_tokens)
