@@ -1,15 +1,16 @@
 """RL step time and final pass@1: our RL recipe vs TRL's GRPOTrainer, on CPU, in one run.
 
-    .venv/bin/python benchmarks/rl_vs_trl.py [--model runs/quickstart/sft/final] [--config configs/quickstart.yaml]
+    .venv/bin/python benchmarks/rl_vs_trl.py [--model DIR] [--config configs/quickstart.yaml]
         [--steps 20] [--prompts 16] [--group 8] [--lr 2e-5] [--max-tokens 64] [--threads 1] [--eval-n 200]
-        [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl]
+        [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl] [--quick]
 
-Shared by all runs: start model, tasks (reasoning-gym basic_arithmetic + chain_sum, `--config`'s top-level
-`task_options`), reward (the exact-number `numeric` verifier: ours via `DomainConfig(verifiers=["numeric"])`,
-TRL's reward function calls it too), `--prompts` x `--group` completions per step, constant lr (AdamW
-0.9/0.95, clip 1.0), temperature 1.0, no KL, clip 0.2/0.28, token-mean loss, group-normalised advantages,
-1 torch thread (2-thread torch ops stall 10-40x on a shared 2-core machine). Runs (one process, one thread
-each, taking turns one step at a time so other jobs' load hits them alike):
+Start model: `--model`, else `--config`'s SFT model (its base + SFT stages, built once and cached under
+.cache/posttrain/bench/ by benchmarks/_models.py). Shared by all runs: start model, tasks (reasoning-gym
+basic_arithmetic + chain_sum, `--config`'s `task_options`), reward (the exact-number `numeric` verifier: ours via
+`DomainConfig(verifiers=["numeric"])`, TRL's reward function calls it too), `--prompts` x `--group` completions
+per step, constant lr (AdamW 0.9/0.95, clip 1.0), temperature 1.0, no KL, clip 0.2/0.28, token-mean loss,
+group-normalised advantages, 1 torch thread (2-thread torch ops stall 10-40x on a shared 2-core machine).
+Runs (one process, one thread each, taking turns one step at a time so other jobs' load hits them alike):
 - ours_nods: `posttrain.recipes.rl.run`, dynamic sampling off: TRL's rollout work per step; the headline, last
   line `result: step time TRL/ours = X (target >= 2)` (replay at its default: ~30% of the groups are 1
   replayed success + 7 fresh samples);
@@ -47,7 +48,10 @@ from rich.table import Table  # noqa: E402
 from posttrain.config import (  # noqa: E402
     DomainConfig, DynamicSamplingConfig, EvalConfig, LoggingConfig, ModelConfig, OptimConfig, RLConfig,
     RLTrainConfig, RolloutConfig, TemperatureConfig)
-from posttrain.errors import ConfigError, PosttrainError  # noqa: E402
+from posttrain.errors import PosttrainError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _models import sft_model, task_options  # noqa: E402
 
 DOMAINS = ("basic_arithmetic", "chain_sum")
 VERIFIER = "numeric"  # exact-number reward on both sides
@@ -306,25 +310,6 @@ def report(args, results: dict[str, dict], start_pass: float | None, load_start:
     compare_pass(args, results)
 
 
-def task_options(args) -> dict[str, dict]:
-    """Per-domain reasoning-gym options from --config's top-level task_options; warns when the start model's
-    own run config (MODEL/../../config.yaml) trained on other options."""
-    from posttrain.config import read_yaml
-
-    options = read_yaml(args.config).get("task_options") or {}
-    missing = [d for d in DOMAINS if not isinstance(options.get(d), dict)]
-    if missing:
-        raise ConfigError(f"{args.config}: task_options has no options for {missing[0]!r} (need {', '.join(DOMAINS)})")
-    run_config = Path(args.model).parents[1] / "config.yaml"
-    if run_config.is_file():
-        trained = read_yaml(run_config).get("task_options") or {}
-        if any(trained.get(d) != options[d] for d in DOMAINS):
-            console.print(f"[bold red]warning:[/] {args.model} comes from a run with task_options "
-                          f"{ {d: trained.get(d) for d in DOMAINS} } ({run_config}), not {args.config}'s "
-                          f"{ {d: options[d] for d in DOMAINS} }: pass --config {run_config} to match it")
-    return {d: dict(options[d]) for d in DOMAINS}
-
-
 def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
     """Each run in a thread named by its key (the first in this one), interleaved one step at a time."""
     global TURNS
@@ -359,7 +344,7 @@ def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="runs/quickstart/sft/final")
+    p.add_argument("--model", default=None, help="start model (default: --config's SFT model, built and cached)")
     p.add_argument("--config", default="configs/quickstart.yaml", help="pipeline config whose task_options to use")
     for flag, kind, default in (("--steps", int, 20), ("--prompts", int, 16), ("--group", int, 8),
                                 ("--lr", float, 2e-5), ("--max-tokens", int, 64)):
@@ -370,9 +355,14 @@ def main() -> None:
     p.add_argument("--eval-n", type=int, default=200, help="held-out tasks per domain for the final pass@1 (0: skip)")
     p.add_argument("--out", default="runs/bench/rl_vs_trl")
     p.add_argument("--only", default="ours_nods,ours,trl", help="comma list of ours_nods, ours, trl")
+    p.add_argument("--quick", action="store_true", help="--steps 10 --eval-n 50 (about half the time)")
     args = p.parse_args()
-    if not (Path(args.model) / "config.json").is_file():
-        sys.exit(f"error: no model at {args.model!r}: run `make demo` first (it builds runs/quickstart/sft/final)")
+    if args.quick:
+        args.steps, args.eval_n = 10, 50
+    try:
+        args.model = sft_model(args.model, args.config)
+    except PosttrainError as e:  # e.g. a missing or malformed --config: one line, no traceback
+        sys.exit(f"error: {e}")
     load_start = os.getloadavg()
     torch.set_num_threads(args.threads)
     TRL_THREADS[0] = args.threads
@@ -382,7 +372,7 @@ def main() -> None:
     log(f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average "
         f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} (the machine is shared with other jobs)")
     try:
-        OPTIONS.update(task_options(args))
+        OPTIONS.update(task_options(args.config, args.model, DOMAINS))
     except PosttrainError as e:  # e.g. a missing or malformed --config: one line, no traceback
         sys.exit(f"error: {e}")
     out, chosen = Path(args.out), [n for n in args.only.split(",") if n]
@@ -398,9 +388,8 @@ def main() -> None:
     trl, ours, nods = (results.get(NAMES[k], {}).get("s_per_step") for k in ("trl", "ours", "ours_nods"))
     if trl and ours:
         console.print(f"with dynamic sampling on (not equal work: see completions/step): TRL/ours = {trl / ours:.2f}")
-    if trl and nods:
-        print(f"result: step time TRL/ours = {trl / nods:.2f} "
-              "(target >= 2; equal work: ours with dynamic sampling off)")
+    ratio = f"{trl / nods:.2f}" if trl and nods else f"not measured (--only {args.only})"
+    print(f"result: step time TRL/ours = {ratio} (target >= 2; equal work: ours with dynamic sampling off)")
 
 
 if __name__ == "__main__":
