@@ -1,8 +1,8 @@
 """Does replay prevent forgetting? RL on domain A, then RL on domain B, with replay 0 / 0.3 / 0.5.
 
     .venv/bin/python benchmarks/replay_forgetting.py [--model DIR] [--config configs/quickstart.yaml]
-        [--a basic_arithmetic] [--b chain_sum] [--steps-a 100] [--steps-b 100] [--lr-b 3e-5] [--eval-n 200]
-        [--out runs/bench/replay_forgetting]
+        [--a basic_arithmetic] [--b chain_sum] [--steps-a 100] [--steps-b 100] [--lr-a 3e-5] [--lr-b 3e-5]
+        [--eval-n 200] [--out runs/bench/replay_forgetting] [--reuse-a]
 
 Start model: `--model`, else `--config`'s SFT model (built once and cached by benchmarks/_models.py).
 Phase A: `posttrain.recipes.rl.run` on A alone (the config's RL settings, `--steps-a` steps, the replay buffer
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -79,6 +80,7 @@ def main() -> None:
     p.add_argument("--a", default="basic_arithmetic"), p.add_argument("--b", default="chain_sum")
     p.add_argument("--steps-a", type=int, default=100), p.add_argument("--steps-b", type=int, default=100)
     p.add_argument("--lr-a", type=float, default=3e-5), p.add_argument("--lr-b", type=float, default=3e-5)
+    p.add_argument("--reuse-a", action="store_true", help="reuse OUT/a/final from an earlier run with the same phase A")
     p.add_argument("--eval-n", type=int, default=200), p.add_argument("--out", default="runs/bench/replay_forgetting")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -90,11 +92,18 @@ def main() -> None:
 
     rows = {"start": held_out(start, [A, B])}
     console.print(f"start: {rows['start']}")
-    phase_a = rl.run(rl_config(args, start, [A], out / "a", args.steps_a, 0.0, args.lr_a))
+    done_a = out / "a" / "final" / "config.json"
+    if args.reuse_a and done_a.is_file():  # phase A depends only on the start model and its own options
+        phase_a = done_a.parent
+        console.print(f"reusing phase A: {phase_a}")
+    else:
+        shutil.rmtree(out / "a", ignore_errors=True)  # this benchmark's own outputs: each run starts clean
+        phase_a = rl.run(rl_config(args, start, [A], out / "a", args.steps_a, 0.0, args.lr_a))
     rows["after A"] = held_out(str(phase_a), [A, B])
     console.print(f"after A: {rows['after A']}")
     stored = latest_checkpoint(out / "a") / "replay"
     for ratio in RATIOS:
+        shutil.rmtree(out / f"b_replay{ratio}", ignore_errors=True)
         final = rl.run(rl_config(args, str(phase_a), [B], out / f"b_replay{ratio}", args.steps_b, ratio, args.lr_b,
                                  load_from=str(stored)))
         rows[f"after B, replay {ratio}"] = held_out(str(final), [A, B])
