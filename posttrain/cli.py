@@ -6,6 +6,7 @@ and calls one recipe; heavy imports happen inside the commands so `--help` is in
     posttrain eval --model runs/sft/final --tasks basic_arithmetic,chain_sum --samples 4
     posttrain verify code --tasks T.jsonl --completions C.jsonl --out R.jsonl
     posttrain serve --model runs/quickstart/rl/final --port 8000
+    posttrain models get smollm2-135m-instruct --out models/smollm2
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from rich.console import Console
 
 from posttrain.errors import PosttrainError
+from posttrain.models.cli import app as models_app
 from posttrain.sandbox.cli import app as sandbox_app
 from posttrain.verifiers.cli import app as verify_app
 
@@ -31,6 +33,7 @@ tasks_app = typer.Typer(help="Inspect task sources.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(verify_app, name="verify")
+app.add_typer(models_app, name="models")
 
 err = Console(stderr=True)
 

@@ -23,7 +23,9 @@ from posttrain.types import Task, Trajectory
 
 def prompt_ids(tokenizer, task: Task) -> list[int]:
     if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError("the tokenizer has no chat template (RL renders task prompts as chat)")
+        where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
+        raise ModelLoadError(f"{where}: no chat template (RL renders task prompts as chat; "
+                             "add chat_template.jinja to the model directory)")
     text = tokenizer.apply_chat_template(list(task.prompt), tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
