@@ -38,8 +38,6 @@ variance of one proportion; with equal n_d that is the total number of tasks.
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -127,25 +125,21 @@ def overall(domains: dict[str, dict[str, Any]], records: Sequence[SampleRecord],
     return out
 
 
-def _verify(tasks: Sequence[Task], trajs: list[list[Trajectory]], workers: int) -> list[list[SampleRecord]]:
-    from posttrain.verifiers import run_verifiers_many, task_score
+def _verify(tasks: Sequence[Task], trajs: list[list[Trajectory]], workers: int | None) -> list[list[SampleRecord]]:
+    from posttrain.verifiers import task_score, verify_groups
 
-    def one(i: int) -> list[SampleRecord]:
-        task, group = tasks[i], trajs[i]
-        out = []
-        for j, (traj, (scores, errors)) in enumerate(zip(group, run_verifiers_many(task, group))):
+    out = []
+    for task, group, (verdicts, _) in zip(tasks, trajs, verify_groups(list(zip(tasks, trajs)), workers)):
+        rows = []
+        for j, (traj, (scores, errors)) in enumerate(zip(group, verdicts)):
             value = task_score(scores, task)
-            out.append(SampleRecord(
+            rows.append(SampleRecord(
                 task_id=task.id, domain=task.domain, sample=j, completion=traj.text, score=value,
                 correct=not errors and value is not None and value >= CORRECT, finish_reason=traj.finish_reason,
                 num_tokens=len(traj.token_ids) - traj.prompt_len, scores={s.verifier: s.value for s in scores},
                 errors=tuple(errors)))
-        return out
-
-    if workers <= 1 or len(tasks) < 2:
-        return [one(i) for i in range(len(tasks))]
-    with ThreadPoolExecutor(min(workers, len(tasks))) as pool:  # sandboxed verifiers wait on processes
-        return list(pool.map(one, range(len(tasks))))
+        out.append(rows)
+    return out
 
 
 def evaluate_tasks(
@@ -176,14 +170,13 @@ def evaluate_tasks(
         raise ValueError("evaluate_tasks: greedy decoding gives identical samples; use temperature > 0 with samples > 1")
     params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                             stop_token_ids=tuple(stop_ids))
-    workers = verify_workers or 2 * (os.cpu_count() or 1)
     step = tasks_per_call or max(1, len(tasks))
     groups: list[list[SampleRecord]] = []
     for start in range(0, len(tasks), step):
         chunk = list(tasks[start : start + step])
         seeds = [seed + (start + i) * samples for i in range(len(chunk))]
         trajs = rollout(engine, tokenizer, chunk, [samples] * len(chunk), params, seeds, engine.version)
-        groups += _verify(chunk, trajs, workers)
+        groups += _verify(chunk, trajs, verify_workers)
         if on_progress is not None:
             on_progress(len(chunk))
     domains, total = summarize(groups, samples)

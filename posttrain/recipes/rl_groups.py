@@ -23,11 +23,9 @@ so a step is reproducible without any saved generator state.
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from posttrain.algos.shaping import format_reward, length_penalty, overlong_penalty
@@ -37,7 +35,7 @@ from posttrain.envs.single_turn import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
 from posttrain.types import Group, Score, Task, Trajectory
-from posttrain.verifiers import run_verifiers_many, task_score
+from posttrain.verifiers import task_score, verify_groups
 
 
 @dataclass
@@ -69,21 +67,6 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
     if cfg.length_target is not None and cfg.length_weight:
         reward += length_penalty(n, cfg.length_target, cfg.length_weight)
     return reward
-
-
-def verify_all(ctx: StepContext, groups: list[tuple[Task, list[Trajectory]]]) -> list[tuple[list, float]]:
-    """run_verifiers_many on every group, `reward.verify_workers` groups at a time (sandboxed and
-    process-backed verifiers wait on other processes, so threads overlap them), in order; each
-    group's verdicts come with the seconds its verification took."""
-    def timed(group):
-        started = time.perf_counter()
-        return run_verifiers_many(*group), time.perf_counter() - started
-
-    workers = ctx.cfg.reward.verify_workers or 2 * (os.cpu_count() or 1)
-    if workers == 1 or len(groups) < 2:
-        return [timed(g) for g in groups]
-    with ThreadPoolExecutor(min(workers, len(groups))) as pool:
-        return list(pool.map(timed, groups))
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:
@@ -167,7 +150,7 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch
         members = [(t, list(g), 0) for t, g in zip(fresh, trajs)]
         members += [(entries[0].task, [e.trajectory for e in entries] + list(g), len(entries))
                     for entries, g in zip(stored, trajs[len(fresh):])]
-        verdicts = verify_all(ctx, [(t, g) for t, g, _ in members])
+        verdicts = verify_groups([(t, g) for t, g, _ in members], ctx.cfg.reward.verify_workers)
         groups = [score_group(ctx, t, g, r, v, s) for (t, g, r), (v, s) in zip(members, verdicts)]
         stats["time/rollout"] += t1 - t0
         stats["time/verify"] += time.perf_counter() - t1

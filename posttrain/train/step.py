@@ -20,6 +20,7 @@ Returns the update's metrics plus `time/logprobs` and `time/update`.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -66,8 +67,8 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
         if old_lp is not None and a.tis_cap is not None:
             weights = truncated_is_weight(torch.tensor(old), torch.tensor(t.logprobs, dtype=torch.float32),
                                           cap=a.tis_cap).tolist()
-        samples.append(Sample(t.token_ids, t.loss_mask, old, adv[i][j], n, ref_lp[n] if ref_lp is not None else None,
-                              weights, base[n].temperature))
+        samples.append(replace(base[n], old_logprobs=old, advantage=adv[i][j],
+                               ref_logprobs=ref_lp[n] if ref_lp is not None else None, token_weights=weights))
     return samples
 
 

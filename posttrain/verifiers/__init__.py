@@ -6,10 +6,11 @@ from posttrain.verifiers.registry import (
     register,
     run_verifiers,
     run_verifiers_many,
+    verify_groups,
     task_score,
     verifier_options,
 )
 
 __all__ = [
-    "VERIFIERS", "get_verifier", "register", "run_verifiers", "run_verifiers_many", "task_score", "verifier_options",
+    "VERIFIERS", "get_verifier", "register", "run_verifiers", "run_verifiers_many", "verify_groups", "task_score", "verifier_options",
 ]  # fmt: skip

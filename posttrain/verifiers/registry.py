@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import difflib
 import numbers
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from posttrain.errors import ConfigError
@@ -100,6 +103,22 @@ def run_verifiers_many(task: Task, trajs: list[Trajectory]) -> list[tuple[list[S
             else:
                 scores.append(score)
     return out
+
+
+def verify_groups(groups: list[tuple[Task, list[Trajectory]]], workers: int | None = None
+                  ) -> list[tuple[list[tuple[list[Score], list[str]]], float]]:
+    """`run_verifiers_many` on every (task, trajectories) group, `workers` groups at a time (default 2 per
+    core: sandboxed and process-backed verifiers wait on other processes, so threads overlap them), in
+    order; each group's verdicts come with the seconds its verification took."""
+    def timed(group):
+        started = time.perf_counter()
+        return run_verifiers_many(*group), time.perf_counter() - started
+
+    workers = workers or 2 * (os.cpu_count() or 1)
+    if workers <= 1 or len(groups) < 2:
+        return [timed(g) for g in groups]
+    with ThreadPoolExecutor(min(workers, len(groups))) as pool:
+        return list(pool.map(timed, groups))
 
 
 def task_score(scores: list[Score], task: Task | None = None) -> float | None:
