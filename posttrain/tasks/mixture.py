@@ -38,16 +38,19 @@ class Source(Protocol):
 
 
 class GymSource:
-    def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
+    def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int, holdout: int | None = None):
         rg.check_domain(domain)
-        holdout = rg.HOLDOUT_OVERRIDES.get(domain, rg.HOLDOUT)
+        holdout = rg.holdout_size(domain) if holdout is None else holdout
         if n_eval > holdout:  # training skips only the first `holdout` eval questions
             raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
                               f"training is kept away from; use eval_tasks <= {holdout}")
         self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
         key = rg._config_key(domain, self.options)
-        self._held_out = rg.held_out_questions(domain, rg._config_key(domain, None)) | rg.held_out_questions(domain, key)
+        self._held_out = (rg.held_out_questions(domain, rg._config_key(domain, None), holdout)
+                          | rg.held_out_questions(domain, key, holdout))
         self.cursor = 0  # raw reasoning-gym items consumed
+        probe = [t.reference["question"] for t in rg.make_tasks(domain, 4 * BLOCK, task_seed, config=self.options)]
+        rg.check_supply(domain, [q for q in probe if q not in self._held_out], len(probe), holdout, len(probe))
 
     def take(self, n: int) -> list[Task]:
         out: list[Task] = []
@@ -201,7 +204,7 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
         if d.path is not None:
             source: Source = JsonlSource(d.name, d.path, seed, d.eval_tasks)
         else:
-            source = GymSource(d.name, d.options, task_seed, d.eval_tasks)
+            source = GymSource(d.name, d.options, task_seed, d.eval_tasks, d.holdout)
         custom = d.verifiers is not None or d.verifier_options or d.combine != "mean" or d.verifier_thresholds
         sources.append(Rescored(source, d.verifiers, d.verifier_options, d.combine, d.verifier_weights,
                                 d.verifier_thresholds) if custom else source)

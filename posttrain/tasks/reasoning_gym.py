@@ -174,20 +174,42 @@ def split_count(n: int, parts: int) -> list[int]:
 
 
 @lru_cache(maxsize=256)
-def held_out_questions(domain: str, config_key: str) -> frozenset[str]:
-    """The questions of the first HOLDOUT eval items of `domain` (default options)."""
-    size = HOLDOUT_OVERRIDES.get(domain, HOLDOUT)
+def holdout_size(domain: str) -> int:
+    """Eval items per domain whose questions training skips, by default."""
+    return HOLDOUT_OVERRIDES.get(domain, HOLDOUT)
+
+
+def held_out_questions(domain: str, config_key: str, size: int | None = None) -> frozenset[str]:
+    """The questions of the first `size` (default `holdout_size`) eval items of `domain`."""
+    size = holdout_size(domain) if size is None else size
     ds = _dataset(domain, EVAL_SEED_START, size, config_key)
     return frozenset(ds[i]["question"] for i in range(size))
 
 
-def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | None = None) -> list[Task]:
+MIN_DISTINCT = 16  # distinct training questions below which a domain's supply counts as used up
+
+
+def check_supply(domain: str, questions: list[str], scanned: int, holdout: int, wanted: int) -> None:
+    """ConfigError when the held-out eval items leave (almost) no distinct question to train on:
+    fewer than min(MIN_DISTINCT, wanted) among the training `questions` kept from `scanned` items
+    (a small question space, e.g. the 200 of 2-term single-digit chain_sum, used up by a large holdout)."""
+    distinct = len(set(questions))
+    if distinct < min(MIN_DISTINCT, wanted):
+        raise ConfigError(
+            f"reasoning-gym domain {domain!r}: only {distinct} distinct training question(s) in {scanned} items "
+            f"outside the {holdout} held-out eval items (its question space is small); set a smaller holdout "
+            f"(the domain's `holdout`, at least the eval items you score) or harder options")
+
+
+def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | None = None,
+                   holdout: int | None = None) -> list[Task]:
     """`n` tasks from seeds `seed, seed+1, ...` (all below EVAL_SEED_START), skipping held-out questions:
-    those of the first eval items with the domain's default options, which is what `posttrain eval`
-    runs (with `config`, e.g. easier settings, the tasks differ but must still avoid those questions)."""
-    held_out = held_out_questions(domain, _config_key(domain, None))
+    those of the first `holdout` eval items with the domain's default options, which is what `posttrain eval`
+    runs (with `config`, e.g. easier settings, the tasks differ but must still avoid those questions).
+    A question space the holdout uses up is a ConfigError (`check_supply`), not n copies of one question."""
+    held_out = held_out_questions(domain, _config_key(domain, None), holdout)
     if config:  # and those of eval run with the same options
-        held_out = held_out | held_out_questions(domain, _config_key(domain, config))
+        held_out = held_out | held_out_questions(domain, _config_key(domain, config), holdout)
     out: list[Task] = []
     start, want = seed, n
     while len(out) < n:
@@ -200,6 +222,12 @@ def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] 
         fresh = [t for t in make_tasks(domain, batch, start, config=config) if t.reference["question"] not in held_out]
         out.extend(fresh[: n - len(out)])
         start, want = start + batch, n - len(out)
+        if len(out) < n and start - seed > 50 * n + 1000:  # skipping nearly everything: the space is used up
+            check_supply(domain, [t.reference["question"] for t in out], start - seed,
+                         holdout or holdout_size(domain), n)
+            raise ConfigError(f"reasoning-gym domain {domain!r}: only {len(out)} of {n} training items outside the "
+                              f"held-out eval items in {start - seed} items; set a smaller holdout or harder options")
+    check_supply(domain, [t.reference["question"] for t in out], start - seed, holdout or holdout_size(domain), n)
     return out
 
 

@@ -269,3 +269,25 @@ def test_bad_domain_thresholds_fail_when_the_mixture_is_built():
     d = DomainConfig.model_construct(**{**DomainConfig(name="chain_sum").model_dump(), "verifier_thresholds": {"x": 1}})
     with pytest.raises(ConfigError, match="unknown verifier 'x'"):
         build_mixture([d], task_seed=500_000, seed=0)
+
+
+TINY = {"min_terms": 2, "max_terms": 2, "max_digits": 1}  # 200 possible chain_sum questions
+
+
+def test_holdout_that_uses_up_a_small_question_space_is_a_config_error():
+    # the first 1000 eval items hold 199 of the 200 questions: training would see one question
+    with pytest.raises(ConfigError, match=r"'chain_sum': only 1 distinct training question.*set a smaller holdout"):
+        GymSource("chain_sum", TINY, 500_000, 8)
+    with pytest.raises(ConfigError, match="only 1 distinct training question"):
+        rg.training_tasks("chain_sum", 40, 0, config=TINY)
+
+
+def test_smaller_holdout_trains_on_many_questions_none_of_them_scored():
+    src = build_mixture([DomainConfig(name="chain_sum", options=TINY, eval_tasks=100, holdout=200)], seed=0,
+                        task_seed=500_000).sources[0]
+    taken = [t.reference["question"] for t in src.take(300)]
+    scored = {t.reference["question"] for t in rg.make_tasks("chain_sum", 200, rg.EVAL_SEED_START, config=TINY)}
+    assert len(set(taken)) >= 50 and not set(taken) & scored
+    assert {t.reference["question"] for t in src.eval_tasks()} <= scored
+    with pytest.raises(ConfigError, match="eval_tasks=100 exceeds the 50 held-out"):
+        GymSource("chain_sum", TINY, 500_000, 100, holdout=50)
