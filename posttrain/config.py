@@ -166,6 +166,9 @@ class EvalConfig(Strict):
     batch_size: int = Field(64, gt=0)  # sequences the engine decodes at once
     out: str = "runs/eval/eval.json"
     task_options: dict[str, dict[str, Any]] = {}  # reasoning-gym options per domain
+    # verifiers scoring every task, replacing the ones the tasks name (e.g. [numeric], as an RL
+    # domain's `verifiers` does, so eval and training judge alike); None: the tasks' own
+    verifiers: list[str] | None = None
 
 
 # ---------------------------------------------------------------- RL
@@ -179,6 +182,9 @@ class DomainConfig(Strict):
     path: str | None = None  # JSONL tasks ({"prompt", "answer", "verifier"} per line); None: reasoning-gym
     options: dict[str, Any] = {}  # reasoning-gym dataset config, e.g. {"max_terms": 3}
     eval_tasks: int = Field(64, ge=0)  # held-out tasks for the in-loop eval (reasoning-gym: eval seeds)
+    # reasoning-gym: eval items (from the eval seeds) whose questions training never sees; None: 1000
+    # (fewer for slow domains). Lower it for a small question space, to at least the eval items you score.
+    holdout: int | None = Field(None, gt=0)
     # verifiers to score this domain with, replacing the ones its tasks name (e.g. [numeric] for
     # exact-number rewards where reasoning-gym's own scorer gives partial credit to wrong answers)
     verifiers: list[str] | None = None

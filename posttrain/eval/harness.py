@@ -84,7 +84,7 @@ def build_engine(cfg: EvalConfig, tokenizer):
 def result_json(cfg: EvalConfig, result: EvalResult, temperature: float) -> dict[str, Any]:
     return {"model": cfg.model, "engine": cfg.engine, "samples": cfg.samples, "seed": cfg.seed,
             "temperature": temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_new_tokens, "tasks": cfg.tasks,
-            "domains": result.domains, "overall": result.overall}
+            "verifiers": cfg.verifiers, "domains": result.domains, "overall": result.overall}
 
 
 def _cell(row: dict[str, Any], key: str, bold: str = "") -> str:
@@ -112,6 +112,16 @@ def run(cfg: EvalConfig) -> dict:
 
     # everything the user can get wrong fails here, before a model is loaded
     tasks = load_spec(cfg.tasks, cfg.n_per_domain, cfg.seed, cfg.task_options)
+    if cfg.verifiers is not None:
+        from dataclasses import replace
+
+        from posttrain.verifiers import get_verifier
+
+        if not cfg.verifiers:
+            raise ConfigError("verifiers: an empty list judges nothing; name at least one, or leave it unset")
+        for name in cfg.verifiers:
+            get_verifier(name)  # an unknown name is a one-line ConfigError
+        tasks = [replace(t, verifiers=tuple(cfg.verifiers)) for t in tasks]
     if cfg.seed < EVAL_SEED_START and any(t.metadata.get("source") == "reasoning_gym" for t in tasks):
         console.print(f"[yellow]warning[/]: eval seed {cfg.seed} < {EVAL_SEED_START}: tasks may overlap training data")
     temperature = sampling_temperature(cfg.temperature, cfg.samples)

@@ -32,7 +32,8 @@ if "ids_sum_even" not in VERIFIERS:
     def _ids_sum_even(task, traj):
         return Score(float(sum(traj.token_ids) % 2 == 0), "ids_sum_even")
 
-TOP = {"model", "engine", "samples", "seed", "temperature", "top_p", "max_tokens", "tasks", "domains", "overall"}
+TOP = {"model", "engine", "samples", "seed", "temperature", "top_p", "max_tokens", "tasks", "verifiers", "domains",
+       "overall"}
 
 
 def _check(result, path, domains, samples):
@@ -118,6 +119,16 @@ def test_humaneval_file_eval_runs_the_code_verifier(tiny_model_dir, tmp_path):
     lines = _lines(tmp_path / "he.completions.jsonl")
     assert [x["id"] for x in lines] == ["HumanEval/0", "HumanEval/1"]
     assert all(x["scores"] == {"code": 0.0} and not x["correct"] for x in lines)  # judged in the sandbox: wrong
+
+
+def test_eval_verifiers_replace_the_tasks_own(tiny_model_dir, tmp_path):
+    out = tmp_path / "num.json"
+    cfg = EvalConfig(model=tiny_model_dir, tasks="chain_sum:3", max_new_tokens=6, verifiers=["numeric"], out=str(out))
+    assert harness.run(cfg)["verifiers"] == ["numeric"]
+    assert [x["scores"].keys() for x in _lines(tmp_path / "num.completions.jsonl")] == [{"numeric": 0}.keys()] * 3
+    for bad, match in ((["numerc"], "unknown verifier 'numerc'.*did you mean numeric"), ([], "empty list")):
+        with pytest.raises(ConfigError, match=match):
+            harness.run(cfg.model_copy(update={"verifiers": bad, "model": str(tmp_path / "nope")}))
 
 
 def test_eval_unknown_domain_fails_before_loading(tmp_path):
