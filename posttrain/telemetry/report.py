@@ -288,32 +288,48 @@ def render_eval(ev: Eval) -> str:
             + note + _table(["domain"] + cols, rows))
 
 
-def _pass1(ev: Eval, domain: str | None) -> float | None:
+def _samples(ev: Eval) -> int:
+    k = ev.data.get("samples", 1)
+    return int(k) if _is_num(k) and k >= 1 else 1
+
+
+def _metric(ev: Eval) -> str:
+    """What an eval contributes to the comparison: pass@1 when greedy (K = 1), else pass@K, the
+    ceiling sampling reaches (the base's pass@K is what RL can at best turn into pass@1)."""
+    return f"pass@{_samples(ev)}"
+
+
+def _value(ev: Eval, domain: str | None, key: str = "") -> float | None:
     entry = ev.data.get("overall") if domain is None else ev.data["domains"].get(domain)
-    v = entry.get("pass@1") if isinstance(entry, dict) else None
+    v = entry.get(key or _metric(ev)) if isinstance(entry, dict) else None
     return float(v) if _is_num(v) else None
 
 
 def render_comparison(evals: list[Eval]) -> str:
+    """pass@1 of every greedy eval and pass@K of every sampled one, by domain; Δ is the last greedy
+    eval minus the first (when there are two), else the last eval's pass@1 minus the first's."""
     domains = sorted({d for ev in evals for d, v in ev.data["domains"].items() if isinstance(v, dict)})
-    names = [ev.name for ev in evals]
+    greedy = [ev for ev in evals if _samples(ev) == 1]
+    first, last = (greedy[0], greedy[-1]) if len(greedy) >= 2 else (evals[0], evals[-1])
     rows = []
     for d in domains + [None]:
-        vals = [_pass1(ev, d) for ev in evals]
-        first, last = vals[0], vals[-1]
-        if first is not None and last is not None:
-            delta = last - first
+        vals = [_value(ev, d) for ev in evals]
+        a, b = _value(first, d, "pass@1"), _value(last, d, "pass@1")
+        if a is not None and b is not None:
+            delta = b - a
             cls = "pos" if delta > 0 else "neg" if delta < 0 else ""
             dcell = f'<span class="{cls}">{delta:+.3f}</span>'
         else:
             dcell = "–"
         rows.append([_e("overall" if d is None else d)] + [_e(_fmt(v)) for v in vals] + [dcell])
-    table = _table(["domain"] + [f"pass@1 {n}" for n in names] + [f"Δ {names[-1]} − {names[0]}"], rows,
-                   raw_cells=True)
+    table = _table(["domain"] + [f"{_metric(ev)} {ev.name}" for ev in evals] + [f"Δ pass@1 {last.name} − {first.name}"],
+                   rows, raw_cells=True)
     cats = domains + ["overall"]
-    chart = grouped_bar_plot(cats, {ev.name: [_pass1(ev, d) for d in domains + [None]] for ev in evals},
-                             title="pass@1 by domain", ylabel="pass@1")
-    return "<h3>Comparison: pass@1 by domain</h3>" + table + '<div class="plots">' + _img(chart, "pass@1 by domain") + "</div>"
+    chart = grouped_bar_plot(cats, {f"{ev.name} ({_metric(ev)})": [_value(ev, d) for d in domains + [None]]
+                                    for ev in evals}, title="pass@1 (greedy) and pass@K (sampled) by domain",
+                             ylabel="pass rate")
+    return ("<h3>Comparison: greedy pass@1 against sampled pass@K, by domain</h3>" + table + '<div class="plots">'
+            + _img(chart, "pass@1 by domain") + "</div>")
 
 
 # ---------------------------------------------------------------- the page

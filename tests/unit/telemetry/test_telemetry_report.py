@@ -21,11 +21,11 @@ from posttrain.telemetry.report import group_metrics, write_report
 IMG = '<img src="data:image/png;base64,'
 
 
-def _eval_json(path: Path, p1: dict[str, float], model: str) -> None:
+def _eval_json(path: Path, p1: dict[str, float], model: str, samples: int = 1) -> None:
     domains = {d: {"n": 50, "pass@1": v, "pass@4": min(1.0, v + 0.1), "mean_length": 20.5} for d, v in p1.items()}
     mean = sum(p1.values()) / len(p1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"model": model, "samples": 4, "seed": 1000000, "domains": domains,
+    path.write_text(json.dumps({"model": model, "samples": samples, "seed": 1000000, "domains": domains,
                                 "overall": {"pass@1": mean, "pass@4": min(1.0, mean + 0.1)}}))
 
 
@@ -56,6 +56,8 @@ def pipeline_run(tmp_path):
     (run / "sft" / "broken.json").write_text("{not json")
     _eval_json(run / "eval" / "base.json", {"basic_arithmetic": 0.1, "chain_sum": 0.2, "x<y>": 0.0}, "runs/base")
     _eval_json(run / "eval" / "sft.json", {"basic_arithmetic": 0.5, "chain_sum": 0.3, "x<y>": 0.25}, "runs/sft")
+    _eval_json(run / "eval" / "base_sampled.json", {"basic_arithmetic": 0.1, "chain_sum": 0.2, "x<y>": 0.0}, "runs/base",
+               samples=4)  # sampled: compared by its pass@4, the ceiling RL can turn into pass@1
     return run
 
 
@@ -113,17 +115,18 @@ def test_pipeline_report(pipeline_run):
     assert _rows(html, "train_examples") == [["train_examples", "270", "270", "270", "1"]]
     assert "phase" not in re.sub(r"<pre>.*?</pre>", "", html, flags=re.S)  # text metrics are not plotted
     # one table per eval file, a comparison table; checkpoints/ and non-eval JSON are ignored
-    assert re.findall(r"<h3>Eval: (.*?)</h3>", html) == ["base", "sft"]
+    assert re.findall(r"<h3>Eval: (.*?)</h3>", html) == ["base", "sft", "base_sampled"]
     assert "must not appear" not in html and "ignored" not in html
     assert _rows(html, "basic_arithmetic") == [
         ["basic_arithmetic", "50", "0.1", "0.2", "20.5"],
         ["basic_arithmetic", "50", "0.5", "0.6", "20.5"],
-        ["basic_arithmetic", "0.1", "0.5", "+0.400"],
+        ["basic_arithmetic", "50", "0.1", "0.2", "20.5"],
+        ["basic_arithmetic", "0.1", "0.5", "0.2", "+0.400"],  # Δ: the greedy evals, sft − base
     ]
-    assert _rows(html, "x&lt;y&gt;")[-1] == ["x&lt;y&gt;", "0", "0.25", "+0.250"]
-    assert _rows(html, "overall")[-1] == ["overall", "0.1", "0.35", "+0.250"]
-    assert "<th>pass@1 base</th><th>pass@1 sft</th><th>Δ sft − base</th>" in html
-    assert "model: runs/sft, samples: 4, seed: 1000000" in html
+    assert _rows(html, "x&lt;y&gt;")[-1] == ["x&lt;y&gt;", "0", "0.25", "0.1", "+0.250"]
+    assert _rows(html, "overall")[-1] == ["overall", "0.1", "0.35", "0.2", "+0.250"]
+    assert "<th>pass@1 base</th><th>pass@1 sft</th><th>pass@4 base_sampled</th><th>Δ pass@1 sft − base</th>" in html
+    assert "model: runs/base, samples: 4, seed: 1000000" in html
 
 
 def test_single_stage_and_many_metrics(tmp_path):
