@@ -63,17 +63,20 @@ def test_corpus_documents_and_wrong_fraction(tmp_path):
 
 
 def test_corpus_easy_share_and_no_eval_questions(tmp_path):
-    opts = {"chain_sum": {"max_terms": 2, "max_digits": 1}}
+    opts = {"chain_sum": {"max_terms": 2, "max_digits": 2}}  # 2 x 110^2 questions (1 digit: 200, used up by the holdout)
     cfg = tiny_cfg(tmp_path, domains=["basic_arithmetic", "chain_sum"], corpus_examples=2000,
                    corpus_options=opts, corpus_easy_fraction=0.5)
     docs = base.build_corpus(cfg)
     chain = [d for d in docs if "State the final answer" in d]
     easy = [d for d in chain if d.split("\n")[0].count(" + ") + d.split("\n")[0].count(" - ") == 1
-            and max(len(x) for x in d.split("problem: ")[1].split(" =")[0].split(" ")) == 1]
-    assert len(chain) == 1000 and len(easy) >= 500
+            and max(len(x) for x in d.split("problem: ")[1].split(" =")[0].split(" ")) <= 2]
+    assert len(chain) == 1000 and len(easy) >= 500 and len({d.split("\n")[0] for d in easy}) >= 450
     questions = {d.split("\n")[0][len("Question: "):] for d in docs}
     held_out = {t.reference["question"] for name in cfg.domains for t in make_tasks(name, 1000, EVAL_SEED_START)}
     assert not questions & held_out, sorted(questions & held_out)[:3]
+    tiny = cfg.model_copy(update={"corpus_options": {"chain_sum": {"max_terms": 2, "max_digits": 1}}})
+    with pytest.raises(ConfigError, match="only 1 distinct training question"):  # not 500 copies of "5 - 9"
+        base.build_corpus(tiny)
     with pytest.raises(ConfigError, match="chain_summ"):
         base.build_corpus(cfg.model_copy(update={"corpus_options": {"chain_summ": {}}}))
     unused = cfg.model_copy(update={"corpus_options": {"gcd": {"min_value": 1}}})  # gcd is not in domains
