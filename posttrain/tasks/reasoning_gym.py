@@ -173,12 +173,12 @@ def split_count(n: int, parts: int) -> list[int]:
     return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
-@lru_cache(maxsize=256)
 def holdout_size(domain: str) -> int:
     """Eval items per domain whose questions training skips, by default."""
     return HOLDOUT_OVERRIDES.get(domain, HOLDOUT)
 
 
+@lru_cache(maxsize=256)
 def held_out_questions(domain: str, config_key: str, size: int | None = None) -> frozenset[str]:
     """The questions of the first `size` (default `holdout_size`) eval items of `domain`."""
     size = holdout_size(domain) if size is None else size
@@ -207,12 +207,13 @@ def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] 
     those of the first `holdout` eval items with the domain's default options, which is what `posttrain eval`
     runs (with `config`, e.g. easier settings, the tasks differ but must still avoid those questions).
     A question space the holdout uses up is a ConfigError (`check_supply`), not n copies of one question."""
+    holdout = holdout_size(domain) if holdout is None else holdout
     held_out = held_out_questions(domain, _config_key(domain, None), holdout)
     if config:  # and those of eval run with the same options
         held_out = held_out | held_out_questions(domain, _config_key(domain, config), holdout)
     out: list[Task] = []
     start, want = seed, n
-    while len(out) < n:
+    while len(out) < n and start - seed <= 50 * n + 1000:  # past that, skipping nearly everything: used up
         batch = want + max(16, want // 20)  # a margin for skipped questions
         if start < 0 or start + batch > EVAL_SEED_START:
             raise ConfigError(
@@ -222,12 +223,10 @@ def training_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] 
         fresh = [t for t in make_tasks(domain, batch, start, config=config) if t.reference["question"] not in held_out]
         out.extend(fresh[: n - len(out)])
         start, want = start + batch, n - len(out)
-        if len(out) < n and start - seed > 50 * n + 1000:  # skipping nearly everything: the space is used up
-            check_supply(domain, [t.reference["question"] for t in out], start - seed,
-                         holdout or holdout_size(domain), n)
-            raise ConfigError(f"reasoning-gym domain {domain!r}: only {len(out)} of {n} training items outside the "
-                              f"held-out eval items in {start - seed} items; set a smaller holdout or harder options")
-    check_supply(domain, [t.reference["question"] for t in out], start - seed, holdout or holdout_size(domain), n)
+    check_supply(domain, [t.reference["question"] for t in out], start - seed, holdout, n)
+    if len(out) < n:
+        raise ConfigError(f"reasoning-gym domain {domain!r}: only {len(out)} of {n} training items outside the "
+                          f"held-out eval items in {start - seed} items; set a smaller holdout or harder options")
     return out
 
 
