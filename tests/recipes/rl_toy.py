@@ -9,7 +9,11 @@ recipe with the verifier registered (subprocess tests use it for kill -9 + resum
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from posttrain.types import Score
@@ -42,6 +46,28 @@ def overrides(model_dir: str, tasks: str, out: Path, **extra) -> list[str]:
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
+
+
+def without_clock(rows: list[dict]) -> list[dict]:
+    """Metrics rows without wall-clock entries: what an exact resume must reproduce."""
+    return [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
+
+
+def kill9_after_checkpoint(args: list[str], run_dir: Path, step: int, *, cwd, env, timeout: float) -> list[int]:
+    """Start the run `args`, SIGKILL it as soon as `run_dir` holds a checkpoint at >= `step`, and
+    return the steps its metrics logged."""
+    from posttrain.checkpoint import list_checkpoints
+    from posttrain.telemetry.metrics import read_metrics
+
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(s >= step for s, _ in list_checkpoints(run_dir)):
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    return [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
 if __name__ == "__main__":

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from posttrain.checkpoint import list_checkpoints
 from posttrain.telemetry.metrics import read_metrics
+from tests.recipes.rl_toy import kill9_after_checkpoint, without_clock
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
@@ -101,8 +99,8 @@ def test_lora_sft_on_the_real_model_saves_a_plain_model(smol, tmp_path):
 
 
 def _rl_args(smol: Path, out: Path) -> list[str]:
-    tasks = [{"name": "chain_sum", "options": {"min_terms": 2, "max_terms": 2, "max_digits": 1}, "eval_tasks": 8, "holdout": 200,
-              "verifiers": ["numeric"]}]
+    tasks = [{"name": "chain_sum", "options": {"min_terms": 2, "max_terms": 2, "max_digits": 1}, "eval_tasks": 8,
+              "holdout": 200, "verifiers": ["numeric"]}]
     return [*CLI, "rl", f"model.path={smol}", f"out_dir={out}", f"tasks={json.dumps(tasks)}",
             "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4", "rollout.max_tokens=16",
             f"train.steps={RL_STEPS}", "train.save_every=1", "train.eval_every=2", "optim.lr=5e-6",
@@ -118,22 +116,11 @@ def test_rl_steps_on_the_real_model_resume_exactly_after_kill9(smol, tmp_path):
     assert (tmp_path / "whole" / "final" / "model.safetensors").exists()
 
     args = _rl_args(smol, tmp_path / "killed")
-    proc = subprocess.Popen(args, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(step >= RL_STEPS // 2 for step, _ in list_checkpoints(tmp_path / "killed")):
-            break
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
-    logged = [r["step"] for r in read_metrics(tmp_path / "killed" / "metrics.jsonl")]
+    logged = kill9_after_checkpoint(args, tmp_path / "killed", RL_STEPS // 2, cwd=REPO, env=ENV, timeout=600)
     assert RL_STEPS // 2 <= max(logged) < RL_STEPS, "the run must die mid-way for this test to mean anything"
     resumed = subprocess.run([*args, "--resume"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr
-
-    def without_clock(rows):
-        return [{k: v for k, v in r.items() if k != "time" and not k.startswith("time/")} for r in rows]
 
     got = read_metrics(tmp_path / "killed" / "metrics.jsonl")
     assert without_clock(got) == without_clock(want)
