@@ -91,6 +91,9 @@ class Trajectory:
     reward: float | None = None  # shaped reward used for training
     timings: Mapping[str, float] = field(default_factory=dict)  # seconds: "rollout" (its batch), "verify" (its group)
     events: tuple[str, ...] = ()  # what verifiers / the sandbox reported: limits hit, tampering, injections
+    # what weights sampled it: "exact" = the trainer's fp32 masters, else the engine's `weights_precision`
+    # ("bfloat16", "int8", ...), whose sampler/trainer gap the trainer corrects (train/step.py)
+    sampler_weights: str = "exact"
 
 
 @dataclass(frozen=True)

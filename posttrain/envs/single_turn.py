@@ -7,7 +7,10 @@ token ids and their sampler logprobs, and the Trajectory holds exactly those ids
 re-tokenization of the decoded text); the loss mask is 1 only on sampled tokens. Each
 trajectory records the SamplingParams it was sampled with (its seed included) and the policy
 version, so a replayed trajectory is later trained under its own temperature, not the current
-one; `timings["rollout"]` is the wall time of the engine batch it was part of.
+one; `timings["rollout"]` is the wall time of the engine batch it was part of. `sampler_weights`
+is the engine's `weights_precision` ("exact" when its weights are the trainer's fp32 masters, or
+when the engine does not say), so the trainer knows which trajectories need the sampler/trainer
+gap corrected (train/step.py).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def rollout(
             prompts.append(ids)
             requests.append(replace(params, seed=seeds[i] + j, max_tokens=max_tokens))
             owner.append(i)
+    sampler_weights = str(getattr(engine, "weights_precision", "exact"))
     started = time.perf_counter()
     completions = engine.generate(prompts, requests) if prompts else []
     seconds = time.perf_counter() - started
@@ -80,6 +84,7 @@ def rollout(
                 policy_version=version,
                 finish_reason=c.finish_reason,
                 timings={"rollout": seconds},
+                sampler_weights=sampler_weights,
             )
         )
     return out

@@ -14,6 +14,10 @@ often). Sampling is `engine.sample_next`.
 
 The engine owns its model: it sets `eval()` and `requires_grad_(False)` on it, so give it a
 copy or a freshly loaded model, never the trainer's own module.
+
+`weights_precision` is "exact" when the model computes in float32 (the trainer's fp32 master
+weights, copied in by `update_weights`), else its dtype's name ("bfloat16"): trajectories it
+samples then carry that name, and the trainer corrects the gap (train/step.py).
 """
 
 from __future__ import annotations
@@ -96,6 +100,12 @@ class HFEngine:
         return cls(model, tokenizer=tokenizer, **options)
 
     # ---- weights ----
+
+    @property
+    def weights_precision(self) -> str:
+        """'exact' when the engine computes with fp32 weights (the trainer's masters), else the dtype's name."""
+        dtype = next(self.model.parameters()).dtype
+        return "exact" if dtype == torch.float32 else str(dtype).removeprefix("torch.")
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Copy `state_dict` into the engine's model in place (same keys and shapes), then set `version`."""

@@ -8,6 +8,12 @@ before any update), optionally the reference model's logprob, and the step-globa
 sequence (for sequence-level loss aggregation). The token at position t of a
 sample is predicted from the hidden state at position t-1.
 
+Sampler/trainer gap (train/rl_update.py measures and corrects it): each token also carries the
+sampler's own logprob (the old logprob, unless the trainer recomputed that), whether its sample
+is fresh (sampled by the weights being trained, so the gap is measured on it), and whether its
+truncated importance weight is computed in the loss (`inline_tis`, for a sample drawn with
+inexact rollout weights).
+
 Shared-prefix packing. A sample's prefix is its tokens before its first trained token (the
 prompt). Samples with identical prefixes (a GRPO group) form a unit laid out once as
 [prefix, suffix_1, ..., suffix_K], suffix_i = sample i from its first trained token on.
@@ -51,8 +57,12 @@ class Sample:
     advantage: float
     seq: int  # index of this sequence within its optimizer step
     ref_logprobs: Sequence[float] | None = None  # [T]
-    token_weights: Sequence[float] | None = None  # [T] per-token loss multiplier (e.g. truncated IS), default 1
+    token_weights: Sequence[float] | None = None  # [T] per-token truncated IS weight (loss multiplier), None: 1
     temperature: float = 1.0  # the logprob temperature it was sampled at (SamplingParams.logprob_temperature)
+    sampler_logprobs: Sequence[float] | None = None  # [T] the sampler's, where old_logprobs are not (recomputed)
+    fresh: bool = True  # sampled by the weights being trained (not replayed): its sampler/trainer gap is measured
+    # sampled with inexact weights and corrected in the loss: old := trainer logp, weight := min(exp(gap), tis_cap)
+    inline_tis: bool = False
 
 
 @dataclass
@@ -69,6 +79,10 @@ class RLMicroBatch:
     ref_logprobs: torch.Tensor | None  # [N]
     token_weights: torch.Tensor | None  # [N]
     temperatures: torch.Tensor  # [N] float: each trained token's sample's temperature
+    sampler_logprobs: torch.Tensor | None = None  # [N] the sampler's logprobs (= old_logprobs unless recomputed)
+    fresh: torch.Tensor | None = None  # [N] bool: its sample is fresh (the gap is measured on it)
+    inline_tis: torch.Tensor | None = None  # [N] bool: TIS computed in the loss; None: no such token here
+    weighted: torch.Tensor | None = None  # [N] bool: its sample has token_weights (others got 1); None: none has
 
     @property
     def num_tokens(self) -> int:
@@ -130,9 +144,10 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
     unit_id = np.zeros(shape, dtype=np.int64)  # unique per unit (and per padding token)
     seg = np.zeros(shape, dtype=np.int64)  # 0 = prefix, i = suffix of the unit's i-th member, -1 = padding
     with_ref = samples[0].ref_logprobs is not None
-    with_w = samples[0].token_weights is not None
+    with_w = any(s.token_weights is not None for s in samples)  # a sample without weights gets 1
+    with_inline = any(s.inline_tis for s in samples)
     cols: dict[str, list[np.ndarray]] = {f: [] for f in ("pred", "tpos", "tgt", "old", "adv", "seq", "ref", "wts",
-                                                          "temp")}
+                                                          "temp", "slp", "fresh", "inline", "weighted")}
     uid = 0
     for r, row in enumerate(rows):
         at = 0
@@ -155,13 +170,21 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
                 cols["tpos"].append(ts)
                 cols["tgt"].append(toks[ts])
                 cols["old"].append(np.asarray(s.old_logprobs, dtype=np.float32)[ts])
+                sampler = s.sampler_logprobs if s.sampler_logprobs is not None else s.old_logprobs
+                cols["slp"].append(np.asarray(sampler, dtype=np.float32)[ts])
+                cols["fresh"].append(np.full(len(ts), s.fresh, dtype=bool))
                 cols["adv"].append(np.full(len(ts), s.advantage, dtype=np.float32))
                 cols["seq"].append(np.full(len(ts), s.seq, dtype=np.int64))
                 cols["temp"].append(np.full(len(ts), s.temperature, dtype=np.float32))
                 if with_ref:
                     cols["ref"].append(np.asarray(s.ref_logprobs, dtype=np.float32)[ts])
                 if with_w:
-                    cols["wts"].append(np.asarray(s.token_weights, dtype=np.float32)[ts])
+                    has = s.token_weights is not None
+                    cols["wts"].append(np.asarray(s.token_weights, dtype=np.float32)[ts] if has
+                                       else np.ones(len(ts), dtype=np.float32))
+                    cols["weighted"].append(np.full(len(ts), has, dtype=bool))
+                if with_inline:
+                    cols["inline"].append(np.full(len(ts), s.inline_tis, dtype=bool))
                 c += n
             at, uid = c, uid + 1
         pos[r, at:] = np.arange(row_len - at)
@@ -187,6 +210,10 @@ def _collate(samples: list[Sample], units: list[Unit], rows: list[list[int]], pa
         ref_logprobs=flat["ref"],
         token_weights=flat["wts"],
         temperatures=flat["temp"] if flat["temp"] is not None else torch.zeros(0),
+        sampler_logprobs=flat["slp"] if flat["slp"] is not None else torch.zeros(0),
+        fresh=flat["fresh"] if flat["fresh"] is not None else torch.zeros(0, dtype=torch.bool),
+        inline_tis=flat["inline"],
+        weighted=flat["weighted"],
     )
 
 

@@ -10,6 +10,27 @@ micro-batches equal one big batch's exactly. Per-token loss:
     ppo_clip(logp, old_logp, A) x is_weight  +  kl_coef x kl(logp, ref_logp)   (KL in the loss)
     - entropy_coef x entropy
 
+is_weight is the truncated importance-sampling (TIS) weight min(exp(trainer - sampler), tis_cap)
+for the sampler/trainer gap, 1 for a trajectory sampled with the trainer's exact weights. For a
+sample marked `inline_tis` (drawn with inexact rollout weights, one update per step, no
+recomputed old logprobs: see train/step.py) it is computed here, with no extra forward pass:
+old_logp := logp.detach() (PPO ratio 1, as verl does on-policy) and is_weight :=
+min(exp(logp.detach() - sampler_logp), tis_cap). Otherwise it comes precomputed in the
+sample's `token_weights` (the recomputed-old-logprobs path), or is 1. Tokens of exact samples
+get exactly today's loss.
+
+Mismatch, measured on the FIRST mini-batch (whose weights are still the ones that sampled fresh,
+on-policy data), over the fresh (not replayed) trained tokens, with r = logp - sampler_logp
+(trainer - sampler, the sampler's own logprobs even when old logprobs were recomputed):
+    mismatch/kl               mean k3 = exp(r) - r - 1, an estimate of KL(sampler || trainer) per token
+    mismatch/max_abs_logprob  max |r|
+and over the fresh tokens that carry a TIS weight (when TIS is applied):
+    mismatch/tis_mean         mean weight
+    mismatch/tis_clip_frac    fraction of them at tis_cap
+Replayed tokens are left out of all four: their gap is mostly the policy's drift since they
+were sampled (their TIS weight, when they get one, corrects that too). An exact sampler shows
+only the trainer's own numerical noise (train vs eval kernels, packing): k3 ~ 1e-13.
+
 A non-finite loss or gradient norm skips the update (gradients dropped) and says why.
 """
 
@@ -20,12 +41,12 @@ from dataclasses import replace
 
 import torch
 
-from posttrain.algos.kl import entropy_from_logits, kl_estimate
+from posttrain.algos.kl import entropy_from_logits, kl_estimate, truncated_is_weight
 from posttrain.algos.policy_loss import POLICY_LOSSES, token_weights
 from posttrain.config import AlgoConfig
 from posttrain.train.optim import clip_grad_norm
-from posttrain.train.rl_batch import (Sample, build_rl_microbatches, gather_logprobs, supports_shared_prefix,
-                                      token_logits)
+from posttrain.train.rl_batch import (RLMicroBatch, Sample, build_rl_microbatches, gather_logprobs,
+                                      supports_shared_prefix, token_logits)
 
 
 def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
@@ -38,22 +59,80 @@ def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
     return out
 
 
+def corrected_old_and_weights(logp: torch.Tensor, mb: RLMicroBatch,
+                              tis_cap: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The old logprobs [N] and TIS weights [N] (None: all 1) the loss uses for micro-batch `mb`.
+
+    Tokens marked `inline_tis` (and only those, when tis_cap is set) get old := logp.detach() and
+    weight min(exp(logp.detach() - sampler_logp), tis_cap); every other token keeps its sample's
+    old logprob and `token_weights` (1 where it has none)."""
+    old, weights = mb.old_logprobs, mb.token_weights
+    if mb.inline_tis is None or tis_cap is None or not bool(mb.inline_tis.any()):
+        return old, weights
+    lp = logp.detach()
+    inline = mb.inline_tis
+    tis = truncated_is_weight(lp, mb.sampler_logprobs, cap=tis_cap)
+    old = torch.where(inline, lp, old)
+    weights = torch.where(inline, tis, weights if weights is not None else torch.ones_like(tis))
+    return old, weights
+
+
+def _mismatch_sums(logp: torch.Tensor, mb: RLMicroBatch, weights: torch.Tensor | None, tis_cap: float | None,
+                   sums: dict) -> None:
+    """Add this micro-batch's sampler/trainer gap and TIS statistics (fresh tokens only) to `sums`."""
+    with torch.no_grad():
+        fresh = mb.fresh
+        # float64: a bf16 sampler's per-token k3 (~r^2 / 2, r ~ 1e-3) is below float32's resolution of exp(r)
+        sampler, trainer = mb.sampler_logprobs[fresh].double(), logp.detach()[fresh].double()
+        if trainer.numel():
+            sums["kl_sum"] += float(kl_estimate(sampler, trainer, "k3").sum())  # k3 of KL(sampler || trainer)
+            sums["max_abs"] = max(sums["max_abs"], float((trainer - sampler).abs().max()))
+            sums["tokens"] += int(trainer.numel())
+        if weights is None or tis_cap is None:
+            return
+        carries = torch.zeros_like(fresh)
+        if mb.weighted is not None:
+            carries |= mb.weighted
+        if mb.inline_tis is not None:
+            carries |= mb.inline_tis
+        w = weights[carries & fresh]
+        sums["tis_sum"] += float(w.sum())
+        sums["tis_at_cap"] += int((w >= tis_cap).sum())
+        sums["tis_tokens"] += int(w.numel())
+
+
+def _mismatch_metrics(sums: dict) -> dict:
+    out = {}
+    if sums["tokens"]:
+        out["mismatch/kl"] = sums["kl_sum"] / sums["tokens"]
+        out["mismatch/max_abs_logprob"] = sums["max_abs"]
+    if sums["tis_tokens"]:
+        out["mismatch/tis_mean"] = sums["tis_sum"] / sums["tis_tokens"]
+        out["mismatch/tis_clip_frac"] = sums["tis_at_cap"] / sums["tis_tokens"]
+    return out
+
+
 def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, max_tokens: int,
-                    max_tokens_per_microbatch: int, pad_id: int, device) -> dict:
+                    max_tokens_per_microbatch: int, pad_id: int, device, measure: bool = False) -> dict:
+    """Accumulate one mini-batch's gradients; returns its loss sums (+ "mismatch" metrics when `measure`)."""
     lengths = torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0}
+    gap = {"kl_sum": 0.0, "max_abs": 0.0, "tokens": 0, "tis_sum": 0.0, "tis_at_cap": 0, "tis_tokens": 0}
     for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
                                     share_prefix=supports_shared_prefix(model)):
         mb = mb.to(device)
         logits = token_logits(model, mb)
         logp = gather_logprobs(logits, mb.targets)
         w = token_weights(mb.seq_index, lengths, mode=algo.aggregation, max_tokens=max_tokens)
+        old, is_weights = corrected_old_and_weights(logp, mb, algo.tis_cap)
+        if measure:
+            _mismatch_sums(logp, mb, is_weights, algo.tis_cap, gap)
         pg, stats = POLICY_LOSSES[algo.policy_loss](
-            logp, mb.old_logprobs, mb.advantages,
+            logp, old, mb.advantages,
             clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
         )
-        if mb.token_weights is not None:
-            pg = pg * mb.token_weights
+        if is_weights is not None:
+            pg = pg * is_weights
         per_token = pg
         if mb.ref_logprobs is not None:
             kl = kl_estimate(logp, mb.ref_logprobs, algo.kl_estimator)
@@ -78,19 +157,24 @@ def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, max_tokens: 
         sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio_max"]))
         sums["tokens"] += n
     sums["clip_frac"] /= max(1, sums["tokens"])
+    if measure:
+        sums["mismatch"] = _mismatch_metrics(gap)
     return sums
 
 
 def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: AlgoConfig,
                   max_tokens: int, updates_per_step: int, max_tokens_per_microbatch: int, pad_id: int,
                   grad_clip: float, device) -> dict:
-    """Run the step's optimizer updates; returns metrics (means over updates) and `skipped` reasons."""
+    """Run the step's optimizer updates; returns metrics (means over updates, the mismatch/* ones
+    from the first mini-batch: none when it was skipped) and `skipped` reasons."""
     model.train()
-    results, skipped = [], []
-    for part in split_minibatches(samples, updates_per_step):
+    results, skipped, mismatch = [], [], {}
+    for k, part in enumerate(split_minibatches(samples, updates_per_step)):
         optimizer.zero_grad(set_to_none=True)
         out = _minibatch_loss(model, part, algo=algo, max_tokens=max_tokens,
-                              max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id, device=device)
+                              max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id, device=device,
+                              measure=k == 0)
+        mismatch = out.pop("mismatch", mismatch)
         if "nonfinite" in out:
             optimizer.zero_grad(set_to_none=True)
             skipped.append("non-finite loss")
@@ -106,6 +190,7 @@ def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: A
         results.append(out)
     optimizer.zero_grad(set_to_none=True)
     metrics = {k: sum(r[k] for r in results) / len(results) for k in results[0] if k != "tokens"} if results else {}
+    metrics.update(mismatch)
     metrics["skipped_updates"] = len(skipped)
     metrics["skip_reason"] = "; ".join(sorted(set(skipped))) if skipped else ""
     return metrics

@@ -11,6 +11,16 @@ this process, in a remote trainer actor or under torch.distributed, since nothin
 2. the reference's logprobs (only when a reference is given, i.e. kl_coef > 0) and the trainer's
    own recomputed old logprobs when `algo.recompute_old_logprobs` (with a truncated importance
    weight min(exp(trainer - sampler), tis_cap) for the sampler/trainer gap);
+   and by default, whatever recompute_old_logprobs says, TIS for every trajectory sampled with
+   inexact rollout weights (`Trajectory.sampler_weights != "exact"`: bf16 or int8 engine
+   weights; `algo.tis_cap: None` turns it off, the gap is still measured, train/rl_update.py):
+   - one update per step (and recompute_old_logprobs off): in the loss, with no extra forward
+     pass: old logprobs := the trainer's, weight := min(exp(trainer - sampler), tis_cap)
+     (`Sample.inline_tis`; its gradient equals the recomputing path's);
+   - `updates_per_step > 1`: later mini-batches see moved weights, so the trainer recomputes the
+     old logprobs of the inexact trajectories only (exact ones keep the sampler's) before the
+     update, each with that weight;
+   exact trajectories are trained exactly as without the correction;
 3. KL folded into the reward first when `algo.kl_in == "reward"`;
 4. advantages by the configured estimator over each group's shaped rewards;
 5. `updates_per_step` AdamW updates (train/rl_update.py).
@@ -46,14 +56,22 @@ def advantages_for(rewards: Sequence[Sequence[float | None]], estimator: str) ->
 
 
 def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: int) -> list[Sample]:
-    """Groups -> training samples with advantages (+ reference / recomputed old logprobs)."""
+    """Groups -> training samples with advantages (+ reference / recomputed old logprobs, TIS)."""
     a = cfg.algo
     trajs = [(i, j, t) for i, g in enumerate(groups) for j, t in enumerate(g.trajectories) if t.reward is not None]
-    base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n, temperature=t.sampling.logprob_temperature)
-            for n, (_, _, t) in enumerate(trajs)]
+    base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n, temperature=t.sampling.logprob_temperature,
+                   fresh=j >= groups[i].replayed)
+            for n, (i, j, t) in enumerate(trajs)]
     lp = dict(max_tokens_per_microbatch=cfg.train.max_tokens_per_microbatch, pad_id=pad_id)
     ref_lp = sequence_logprobs(ref, base, **lp) if ref is not None else None
-    old_lp = sequence_logprobs(policy, base, **lp) if a.recompute_old_logprobs else None
+    inexact = {n for n, (_, _, t) in enumerate(trajs) if t.sampler_weights != "exact"}
+    correct = a.tis_cap is not None and not a.recompute_old_logprobs
+    inline = inexact if correct and cfg.train.updates_per_step == 1 else set()
+    if a.recompute_old_logprobs:
+        recompute = list(range(len(base)))
+    else:
+        recompute = sorted(inexact) if correct and cfg.train.updates_per_step > 1 else []
+    old_lp = dict(zip(recompute, sequence_logprobs(policy, [base[n] for n in recompute], **lp))) if recompute else {}
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     if ref_lp is not None and a.kl_in == "reward":  # KL penalty folded into each sequence's reward
         for n, (i, j, t) in enumerate(trajs):
@@ -62,13 +80,14 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
     adv = advantages_for(rewards, a.advantage)
     samples = []
     for n, (i, j, t) in enumerate(trajs):
-        old = old_lp[n] if old_lp is not None else t.logprobs
+        old = old_lp.get(n, t.logprobs)
         weights = None
-        if old_lp is not None and a.tis_cap is not None:
+        if n in old_lp and a.tis_cap is not None:
             weights = truncated_is_weight(torch.tensor(old), torch.tensor(t.logprobs, dtype=torch.float32),
                                           cap=a.tis_cap).tolist()
         samples.append(replace(base[n], old_logprobs=old, advantage=adv[i][j],
-                               ref_logprobs=ref_lp[n] if ref_lp is not None else None, token_weights=weights))
+                               ref_logprobs=ref_lp[n] if ref_lp is not None else None, token_weights=weights,
+                               sampler_logprobs=t.logprobs if n in old_lp else None, inline_tis=n in inline))
     return samples
 
 
