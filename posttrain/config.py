@@ -221,6 +221,9 @@ class TemperatureConfig(Strict):
 class RolloutConfig(Strict):
     engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/rollout/engine.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {kv_dtype: int8} or {base_url: ...}
+    # the paged engine's matmul weights (rollout/paged/quant.py): auto = bf16 or int8 on a CPU for
+    # models of >= 20M weights, exact otherwise; trajectories sampled with inexact weights get TIS
+    weights: Literal["auto", "exact", "bf16", "int8"] = "auto"
     prompts_per_step: int = Field(16, gt=0)
     samples_per_prompt: int = Field(8, gt=0)  # group size
     max_tokens: int = Field(128, gt=0)  # completion tokens per sample
@@ -228,6 +231,13 @@ class RolloutConfig(Strict):
     top_k: int = Field(0, ge=0)  # 0: off
     temperature: TemperatureConfig = TemperatureConfig()
     max_batch_sequences: int = Field(256, gt=0)  # sequences decoded together
+
+    @model_validator(mode="after")
+    def _weights_need_paged(self) -> "RolloutConfig":
+        if self.weights in ("bf16", "int8") and self.engine != "paged":
+            raise ValueError(f"rollout.weights={self.weights} needs rollout.engine=paged (got {self.engine}); "
+                             f"other engines take their precision from model.dtype")
+        return self
 
 
 class AlgoConfig(Strict):
@@ -241,9 +251,13 @@ class AlgoConfig(Strict):
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_in: Literal["loss", "reward"] = "loss"
     entropy_coef: float = Field(0.0, ge=0)
-    # old logprobs: the sampler's (default), or recomputed by the trainer before the update, with a
-    # truncated importance-sampling weight min(exp(trainer - sampler), tis_cap) for the gap
+    # old logprobs: the sampler's (default), or recomputed by the trainer before the update
+    # (every trajectory then gets the TIS weight below)
     recompute_old_logprobs: bool = False
+    # truncated importance sampling: weight min(exp(trainer - sampler), tis_cap) for the sampler/
+    # trainer gap, applied by default to fresh trajectories sampled with inexact rollout weights
+    # (bf16/int8: in the loss at updates_per_step 1, recomputed old logprobs otherwise) and to all
+    # when recompute_old_logprobs; None: off (the gap is still measured as mismatch/*)
     tis_cap: float | None = Field(2.0, gt=0)
 
 

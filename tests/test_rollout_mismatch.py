@@ -15,7 +15,6 @@ inexact weights (bf16 / int8 rollout), corrected by truncated importance samplin
 from __future__ import annotations
 
 import copy
-import json  # noqa: F401  (the int8 rollout case below)
 import math
 import pickle
 import random
@@ -291,11 +290,12 @@ def test_trajectories_pickled_before_the_field_load_as_exact():
 # ---------------------------------------------------------------- end to end
 
 # rollout settings: RL overrides and whether the engine's weights equal the trainer's fp32 masters.
-# An int8-weights case: "int8": ({"rollout.engine_options": json.dumps({"weights": "int8"})}, False)
 STEPS = 24
 ROLLOUTS = {
     "fp32": ({"model.dtype": "float32"}, True),
     "bf16": ({"model.dtype": "bfloat16"}, False),
+    "bf16-weights": ({"rollout.weights": "bf16"}, False),
+    "int8": ({"rollout.weights": "int8"}, False),
 }
 
 
@@ -310,10 +310,8 @@ def run_toy(tmp_path, model_dir, overrides: dict) -> dict:
     seen: dict = {"engines": [], "trainer_dtypes": set()}
     make, step = ENGINES["paged"], rl.train_step
 
-    def paged(*args, **kw):  # until PagedEngine says weights_precision itself: read it from its dtype
+    def paged(*args, **kw):
         engine = make(*args, **kw)
-        if not hasattr(engine, "weights_precision"):
-            engine.weights_precision = "exact" if engine.dtype == torch.float32 else str(engine.dtype).split(".")[-1]
         seen["engines"].append(engine)
         return engine
 

@@ -70,6 +70,7 @@ def engine_options(cfg: RLConfig, device) -> dict:
         base["max_batch_sequences"] = r.max_batch_sequences
     elif r.engine == "paged":
         base["max_num_seqs"] = r.max_batch_sequences
+        base["weights"] = r.weights
     else:
         base = {}
     return {**base, **r.engine_options}

@@ -380,11 +380,23 @@ def build_app(
     return app
 
 
+# `posttrain serve --mode`: the paged engine's options per mode. fast (interactive use): the
+# fastest rollout weights this CPU runs (quant.py "auto") and n-gram speculative decoding;
+# standard (hard, long reasoning): the checkpoint's exact weights, no drafts. The quality cost
+# of fast (greedy agreement with standard, logprob error) is measured in docs/benchmarks.md.
+SERVE_MODES: dict[str, dict[str, Any]] = {
+    "fast": {"weights": "auto", "speculative": "ngram"},
+    "standard": {"weights": "exact", "speculative": None},
+}
+
+
 def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: str = "paged", *,
           model_name: str | None = None, enable_weight_updates: bool = False, log_level: str = "info",
-          **engine_options: Any) -> None:
+          mode: str = "fast", **engine_options: Any) -> None:
     """Load the tokenizer and `ENGINES[engine]` for `model_path` and serve it until interrupted.
-    The model is served under `model_name` (default: `model_path` as given, as vLLM does)."""
+    The model is served under `model_name` (default: `model_path` as given, as vLLM does).
+    `mode` picks the paged engine's options (`SERVE_MODES`; `engine_options` win); other
+    engines serve their own way whatever the mode."""
     import uvicorn
 
     from posttrain.errors import ConfigError
@@ -393,6 +405,10 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: st
 
     if engine not in ENGINES:
         raise ConfigError(f"serve: engine {engine!r} is not available; choose one of {sorted(ENGINES)}")
+    if mode not in SERVE_MODES:
+        raise ConfigError(f"serve: mode {mode!r} is not one of {', '.join(SERVE_MODES)}")
+    if engine == "paged":
+        engine_options = {**SERVE_MODES[mode], **engine_options}
     tokenizer = load_tokenizer(model_path)
     eng = ENGINES[engine](model_path, tokenizer, **engine_options)
     app = build_app(eng, tokenizer, model_name or model_path, enable_weight_updates=enable_weight_updates)

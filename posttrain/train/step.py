@@ -20,7 +20,9 @@ this process, in a remote trainer actor or under torch.distributed, since nothin
    - `updates_per_step > 1`: later mini-batches see moved weights, so the trainer recomputes the
      old logprobs of the inexact trajectories only (exact ones keep the sampler's) before the
      update, each with that weight;
-   exact trajectories are trained exactly as without the correction;
+   exact trajectories, and replayed ones (whose gap is mostly the policy's drift since they were
+   stored: PPO's clip against their stored logprobs, as for exact replays), are trained exactly
+   as without the correction;
 3. KL folded into the reward first when `algo.kl_in == "reward"`;
 4. advantages by the configured estimator over each group's shaped rewards;
 5. `updates_per_step` AdamW updates (train/rl_update.py).
@@ -64,7 +66,9 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
             for n, (i, j, t) in enumerate(trajs)]
     lp = dict(max_tokens_per_microbatch=cfg.train.max_tokens_per_microbatch, pad_id=pad_id)
     ref_lp = sequence_logprobs(ref, base, **lp) if ref is not None else None
-    inexact = {n for n, (_, _, t) in enumerate(trajs) if t.sampler_weights != "exact"}
+    # fresh trajectories only: a replayed one's gap to the trainer is mostly the policy's drift
+    # since it was stored, which PPO's clip against its stored logprobs handles as for exact replays
+    inexact = {n for n, (_, _, t) in enumerate(trajs) if t.sampler_weights != "exact" and base[n].fresh}
     correct = a.tis_cap is not None and not a.recompute_old_logprobs
     inline = inexact if correct and cfg.train.updates_per_step == 1 else set()
     if a.recompute_old_logprobs:

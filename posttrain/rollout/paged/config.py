@@ -65,6 +65,20 @@ class ModelSpec:
         return self.num_heads * self.head_dim
 
     @property
+    def matmul_shapes(self) -> list[tuple[int, int]]:
+        """(out, in) of one layer's fused q/k/v, o, fused gate/up and down projections, and the LM head."""
+        h, inter = self.hidden_size, self.intermediate_size
+        return [(self.q_size + 2 * self.kv_size, h), (h, self.q_size), (2 * inter, h), (h, inter),
+                (self.vocab_size, h)]
+
+    @property
+    def num_parameters(self) -> int:
+        """Weights in the matmuls (norms left out): what sets a step's cost."""
+        layer = sum(o * i for o, i in self.matmul_shapes[:-1])
+        head = self.vocab_size * self.hidden_size
+        return self.num_layers * layer + head * (1 if self.tie_word_embeddings else 2)
+
+    @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 

@@ -440,3 +440,24 @@ def test_serve_runs_a_model_directory(tiny_model_dir):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
+    """--mode fast: the fastest rollout weights (auto) with n-gram drafts; standard: exact, no drafts."""
+    import uvicorn
+
+    from posttrain.errors import ConfigError
+    from posttrain.rollout import server
+
+    built = []
+    monkeypatch.setattr(server, "build_app", lambda eng, *a, **k: built.append(eng))
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    with pytest.raises(ConfigError, match="mode 'turbo' is not one of fast, standard"):
+        server.serve(tiny_model_dir, mode="turbo")
+    server.serve(tiny_model_dir, mode="standard")
+    server.serve(tiny_model_dir, mode="fast")
+    server.serve(tiny_model_dir, mode="fast", weights="int8")  # explicit options win over the mode's
+    standard, fast, fast_int8 = built
+    assert standard.weights == "exact" and standard.propose is None
+    assert fast.propose is not None and fast.weights == "exact"  # auto: a tiny model stays exact
+    assert fast_int8.weights == "int8" and fast_int8.propose is not None
