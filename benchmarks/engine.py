@@ -24,11 +24,20 @@ by both sides. Rows:
    run's sampled tokens (teacher-forced), tokens/s ratio.
 
 The last line is `result: tokens/s ours/HF = X (target >= 3)` (row 1).
+
+    .venv/bin/python benchmarks/engine.py --model .cache/posttrain/models/smollm2-135m-instruct [--rounds 2]
+        [--skip mixed,bound,batch1,quality,memory]
+
+runs the rows for a real model instead (benchmarks/_engine_real.py: the RL shape, 64 mixed-length
+requests, the weights-only forward bound, batch 1 against the bandwidth bound, the fast mode's
+quality cost, memory at 8k context); its last line is `result: tokens/s ours/HF at <model> = X
+(target >= 3)` (the RL-shape row, ours in its default rollout configuration vs HF fp32).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import random
 import tempfile
 import time
@@ -38,6 +47,8 @@ import torch
 
 from posttrain.rollout.engine import ENGINES, SamplingParams
 from posttrain.rollout.paged.spec import enable_speculative
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def build_model(out: Path, hidden: int, layers: int, seed: int = 0) -> tuple[str, object]:
@@ -184,10 +195,19 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip", default="")
+    ap.add_argument("--model", default=None, help="a real HF model directory: the rows of benchmarks/_engine_real.py")
+    ap.add_argument("--rounds", type=int, default=2, help="--model: runs per side per row (the best counts)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     skip = set(filter(None, args.skip.split(",")))
+    if args.model:
+        import _engine_real
+
+        print(f"model: {args.model}; {torch.get_num_threads()} threads")
+        ratio = _engine_real.rows(args.model, args.rounds, skip)
+        print(f"result: tokens/s ours/HF at {Path(args.model).name} = {ratio:.2f} (target >= 3)")
+        return
     with tempfile.TemporaryDirectory() as d:
         path, tok = build_model(Path(d) / "model", args.hidden, args.layers)
         print(f"model: random Qwen2 hidden {args.hidden}, {args.layers} layers, vocab {len(tok)}; "

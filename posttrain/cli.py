@@ -167,8 +167,8 @@ def serve(
     enable_weight_updates: bool = typer.Option(
         False, "--enable-weight-updates", help="Serve POST /update_weights_from_disk (loads any path a client names: 127.0.0.1 only)."),
     mode: str = typer.Option(
-        "fast", "--mode", help="paged engine: fast (bf16/int8 weights as the CPU runs them fastest, n-gram "
-        "speculation; interactive use) or standard (the checkpoint's exact weights; long, hard reasoning)."),
+        "fast", "--mode", help="paged engine: fast (int8 weight-only matmuls and n-gram speculation; "
+        "interactive use) or standard (the checkpoint's exact weights; long, hard reasoning)."),
 ) -> None:
     """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
     from posttrain.rollout.server import serve as run_server

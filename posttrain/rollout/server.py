@@ -380,12 +380,14 @@ def build_app(
     return app
 
 
-# `posttrain serve --mode`: the paged engine's options per mode. fast (interactive use): the
-# fastest rollout weights this CPU runs (quant.py "auto") and n-gram speculative decoding;
-# standard (hard, long reasoning): the checkpoint's exact weights, no drafts. The quality cost
-# of fast (greedy agreement with standard, logprob error) is measured in docs/benchmarks.md.
+# `posttrain serve --mode`: the paged engine's options per mode. fast (interactive use, one or a
+# few sequences at a time): int8 weight-only matmuls (a token reads 1 byte per weight instead of
+# 4; quant.py, falling back to exact weights with a warning where the kernel is missing) and
+# n-gram speculative decoding; standard (hard, long reasoning): the checkpoint's exact weights,
+# no drafts. Speed and quality cost of fast (greedy agreement with standard, logprob error
+# against fp32) are in docs/benchmarks.md.
 SERVE_MODES: dict[str, dict[str, Any]] = {
-    "fast": {"weights": "auto", "speculative": "ngram"},
+    "fast": {"weights": "int8-weight-only", "speculative": "ngram"},
     "standard": {"weights": "exact", "speculative": None},
 }
 

@@ -66,9 +66,10 @@ class PagedEngine:
             raise ValueError("paged engine: block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
         self.spec, self.device, self.tokenizer, self.version = spec, device, tokenizer, 0
         self.weights = quant.resolve_mode(weights, device, spec.num_parameters)
-        self.dtype = torch.bfloat16 if self.weights == "bf16" else resolve_dtype(dtype, device)
+        bf16 = self.weights in ("bf16", "int8-weight-only")
+        self.dtype = torch.bfloat16 if bf16 else resolve_dtype(dtype, device)
         # what the trainer compares with its fp32 masters: trajectories sampled otherwise get TIS
-        self.weights_precision = ("int8" if self.weights == "int8" else
+        self.weights_precision = (self.weights if self.weights.startswith("int8") else
                                   "exact" if self.dtype == torch.float32 else str(self.dtype).removeprefix("torch."))
         self.block_size, self.kv_dtype = block_size, kv_dtype
         self.bytes_per_token = KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, self.dtype, kv_dtype)
@@ -103,19 +104,22 @@ class PagedEngine:
         self._pending: list[Seq] = []
         self._aborts: set[int] = set()
         self._arrival = itertools.count()
-        if self.weights == "int8":
+        if self.weights.startswith("int8"):
             self._quantize()
 
     def _quantize(self) -> None:
-        """W8A8 compute weights (quant.py): calibrate on random prompts through the real prefill path."""
-        length = max(1, min(64, self.max_model_len - 2))
+        """int8 compute weights (quant.py); W8A8 first calibrates its smoothing on random prompts
+        through the real prefill path."""
+        absmax = None
+        if self.weights == "int8":
+            length = max(1, min(64, self.max_model_len - 2))
 
-        def prefill(prompts: list[list[int]]) -> None:
-            self.generate(prompts, [SamplingParams(temperature=0.0, max_tokens=1)] * len(prompts))
+            def prefill(prompts: list[list[int]]) -> None:
+                self.generate(prompts, [SamplingParams(temperature=0.0, max_tokens=1)] * len(prompts))
 
-        absmax = quant.calibrate(self.model, prefill, length=length)
-        self.model.quant = quant.W8A8(self.model, absmax)
-        self.allocator.clear_index()
+            absmax = quant.calibrate(self.model, prefill, length=length)
+            self.allocator.clear_index()
+        self.model.quant = quant.Quantized(self.model, self.weights, absmax)
 
     @property
     def vocab_size(self) -> int:
@@ -368,7 +372,7 @@ def make_engine(model_or_path: Any, tokenizer=None, **options: Any) -> PagedEngi
     """`ENGINES["paged"]`: a path to an HF model directory (safetensors) or an HF causal LM object.
     Options: device, dtype ('auto' = fp32 on CPU, bf16 on CUDA), block_size, num_blocks or
     kv_cache_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, prefix_sharing, kv_dtype,
-    weights ("exact", the default | "bf16" | "int8" | "auto": quant.py);
+    weights ("exact", the default | "bf16" | "int8" | "int8-weight-only" | "auto": quant.py);
     speculative ("ngram", the default | "draft:PATH" | None: off), speculative_k, speculative_max_running
     (spec.py: drafts only while at most that many sequences are in flight; exact either way)."""
     spec = {"speculative": "ngram"}

@@ -120,7 +120,7 @@ class PagedModel:
         cos, sin = rope_tables(spec, max_len)
         self.cos, self.sin = cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
         self.scale = spec.head_dim**-0.5
-        self.quant = None  # quant.W8A8 when the matmuls run in int8 (set by the engine)
+        self.quant = None  # quant.Quantized when the matmuls run in int8 (set by the engine)
         self.observer = None  # calibration: called with (layer key, input) before each matmul
         self.load(weights, what="checkpoint")
 

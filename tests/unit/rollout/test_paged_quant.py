@@ -37,11 +37,22 @@ def _first_logprobs(engine, prompts, n=6):
     return out
 
 
-def test_int8_engine_tracks_the_exact_one(tiny_model_dir, tiny_tokenizer, prompts):
+def test_int8_weight_only_linear_close_and_batch_invariant():
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(96, 64, generator=g) * 0.05, torch.randn(96, generator=g)
+    x = torch.randn(9, 64, generator=g).to(torch.bfloat16)
+    lin = quant.Int8WeightOnly(w, b)
+    y, ref = lin(x), torch.nn.functional.linear(x.float(), w, b)
+    assert y.dtype == torch.bfloat16 and ((y.float() - ref).norm() / ref.norm()).item() < 0.03
+    assert torch.equal(lin(x[2:3]), y[2:3])
+
+
+@pytest.mark.parametrize("mode", ["int8", "int8-weight-only"])
+def test_int8_engine_tracks_the_exact_one(mode, tiny_model_dir, tiny_tokenizer, prompts):
     exact = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu")
-    int8 = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="int8")
+    int8 = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights=mode)
     assert (exact.weights, exact.weights_precision) == ("exact", "exact")
-    assert (int8.weights, int8.weights_precision) == ("int8", "int8") and int8.kv_stats()["weights"] == "int8"
+    assert (int8.weights, int8.weights_precision) == (mode, mode) and int8.kv_stats()["weights"] == mode
     a, b = _first_logprobs(exact, prompts), _first_logprobs(int8, prompts)
     # the first token of each prompt sees the same context on both sides
     gaps = [abs(x.logprobs[0] - y.logprobs[0]) for x, y in zip(a, b) if x.token_ids[0] == y.token_ids[0]]
@@ -86,13 +97,16 @@ def test_missing_int8_kernel_falls_back_with_one_warning(monkeypatch, tiny_model
         raise RuntimeError("no int8 kernel on this CPU\nmore detail")
 
     monkeypatch.setattr(torch, "_int_mm", broken)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        e = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="int8")
-    msgs = [str(w.message) for w in caught if "weights='int8'" in str(w.message)]
-    assert len(msgs) == 1 and "no int8 kernel on this CPU" in msgs[0] and "\n" not in msgs[0]
-    assert (e.weights, e.weights_precision) == ("exact", "exact")
-    assert e.generate([[5, 6, 7]], [SamplingParams(temperature=0.0, max_tokens=3)])[0].finish_reason == "length"
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", broken)
+    for mode, kernel in (("int8", "torch._int_mm"), ("int8-weight-only", "torch._weight_int8pack_mm")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            e = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights=mode)
+        msgs = [str(w.message) for w in caught if f"weights={mode!r}" in str(w.message)]
+        assert len(msgs) == 1 and f"{kernel} is unavailable: no int8 kernel on this CPU" in msgs[0]
+        assert "\n" not in msgs[0]
+        assert (e.weights, e.weights_precision) == ("exact", "exact")
+        assert e.generate([[5, 6, 7]], [SamplingParams(temperature=0.0, max_tokens=3)])[0].finish_reason == "length"
 
 
 def test_bf16_weights_are_reported_inexact(tiny_model_dir, tiny_tokenizer):

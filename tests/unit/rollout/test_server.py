@@ -443,7 +443,7 @@ def test_serve_runs_a_model_directory(tiny_model_dir):
 
 
 def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
-    """--mode fast: the fastest rollout weights (auto) with n-gram drafts; standard: exact, no drafts."""
+    """--mode fast: int8 weight-only matmuls with n-gram drafts; standard: exact, no drafts."""
     import uvicorn
 
     from posttrain.errors import ConfigError
@@ -459,5 +459,6 @@ def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
     server.serve(tiny_model_dir, mode="fast", weights="int8")  # explicit options win over the mode's
     standard, fast, fast_int8 = built
     assert standard.weights == "exact" and standard.propose is None
-    assert fast.propose is not None and fast.weights == "exact"  # auto: a tiny model stays exact
+    assert fast.propose is not None and fast.weights == "int8-weight-only"
+    assert fast.weights_precision == "int8-weight-only" and fast.dtype == torch.bfloat16
     assert fast_int8.weights == "int8" and fast_int8.propose is not None
