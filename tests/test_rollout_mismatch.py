@@ -30,6 +30,7 @@ from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logpr
 from posttrain.train.rl_update import corrected_old_and_weights, update_policy
 from posttrain.train.step import build_samples
 from posttrain.types import Group, Task, Trajectory
+from tests.unit.train.test_rl_update import GradRecorder, NoSchedule
 
 PAD = 0
 CPU = torch.device("cpu")
@@ -74,24 +75,6 @@ def scripted(model, n: int, seed: int, shift: float | None = None) -> tuple[list
     lp = sequence_logprobs(model, raw, max_tokens_per_microbatch=4096, pad_id=PAD)
     samples = [replace(s, old_logprobs=[a - d for a, d in zip(lp[k], shifts[k])]) for k, s in enumerate(raw)]
     return samples, shifts
-
-
-class GradRecorder:
-    """Stands in for the optimizer: records the gradients update_policy would step with (weights never move)."""
-
-    def __init__(self, model):
-        self.model, self.grads = model, []
-
-    def zero_grad(self, set_to_none=True):
-        self.model.zero_grad(set_to_none=set_to_none)
-
-    def step(self):
-        self.grads.append({n: p.grad.detach().clone() for n, p in self.model.named_parameters() if p.grad is not None})
-
-
-class NoSchedule:
-    def step(self):
-        pass
 
 
 def run(model, samples, algo: AlgoConfig, updates: int = 1):
