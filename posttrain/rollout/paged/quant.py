@@ -31,8 +31,8 @@
   else int8 where torch's int8 matmul runs (an AVX-512 CPU without AMX ran W8A8 ~4x faster
   than bf16), else bf16 where the CPU has native bf16, else exact. docs/LOG.md has the figures.
 
-A mode this CPU cannot run (no int8 matmul kernel) falls back to "exact" with one warning
-naming why. Quality against fp32 and speed per mode are in docs/LOG.md and docs/benchmarks.md.
+A mode this CPU cannot run (no int8 matmul kernel; for "bf16", no bf16 instructions) falls
+back to "exact" with one warning naming why. Quality against fp32 and speed per mode are in docs/LOG.md and docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ def resolve_mode(mode: str, device: torch.device, num_parameters: int) -> str:
             warnings.warn(f"paged engine: weights={mode!r} falls back to exact weights: {why}", stacklevel=3)
             return "exact"
         return mode
+    if mode == "bf16" and device.type == "cpu" and not native_bf16():
+        warnings.warn("paged engine: weights='bf16' falls back to exact weights: this CPU has no bf16 instructions "
+                      "(AVX512-BF16 or AMX); torch would emulate bf16, slower than fp32", stacklevel=3)
+        return "exact"
     if mode != "auto":
         return mode
     if device.type != "cpu" or num_parameters < AUTO_MIN_PARAMETERS:
@@ -89,7 +93,12 @@ def resolve_mode(mode: str, device: torch.device, num_parameters: int) -> str:
         return "bf16"
     if int8_kernel_error() is None:
         return "int8"
-    return "bf16" if _cpu_has("_is_avx512_bf16_supported") else "exact"
+    return "bf16" if native_bf16() else "exact"
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX)."""
+    return _cpu_has("_is_avx512_bf16_supported") or _cpu_has("_is_amx_tile_supported")
 
 
 def _cpu_has(probe: str) -> bool:

@@ -109,6 +109,14 @@ def test_missing_int8_kernel_falls_back_with_one_warning(monkeypatch, tiny_model
         assert e.generate([[5, 6, 7]], [SamplingParams(temperature=0.0, max_tokens=3)])[0].finish_reason == "length"
 
 
-def test_bf16_weights_are_reported_inexact(tiny_model_dir, tiny_tokenizer):
-    e = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="bf16")
-    assert e.dtype == torch.bfloat16 and e.weights_precision == "bfloat16"
+def test_bf16_weights_are_reported_inexact_or_fall_back(tiny_model_dir, tiny_tokenizer, monkeypatch):
+    if quant.native_bf16():
+        e = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="bf16")
+        assert e.dtype == torch.bfloat16 and e.weights_precision == "bfloat16"
+    monkeypatch.setattr(quant, "native_bf16", lambda: False)  # a CPU without bf16 instructions
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        e = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="bf16")
+    msgs = [str(w.message) for w in caught if "weights='bf16'" in str(w.message)]
+    assert len(msgs) == 1 and "no bf16 instructions" in msgs[0]
+    assert (e.weights, e.dtype, e.weights_precision) == ("exact", torch.float32, "exact")

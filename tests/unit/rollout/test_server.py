@@ -459,6 +459,9 @@ def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
     server.serve(tiny_model_dir, mode="fast", weights="int8")  # explicit options win over the mode's
     standard, fast, fast_int8 = built
     assert standard.weights == "exact" and standard.propose is None
-    assert fast.propose is not None and fast.weights == "int8-weight-only"
-    assert fast.weights_precision == "int8-weight-only" and fast.dtype == torch.bfloat16
-    assert fast_int8.weights == "int8" and fast_int8.propose is not None
+    from posttrain.rollout.paged import quant
+
+    expected = "int8-weight-only" if quant.int8_kernel_error("int8-weight-only") is None else "exact"  # fallback
+    assert fast.propose is not None and fast.weights == fast.weights_precision == expected
+    assert fast_int8.weights == ("int8" if quant.int8_kernel_error() is None else "exact")
+    assert fast_int8.propose is not None
