@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rl_vs_trl.py [--model DIR] [--config configs/quickstart.yaml]
         [--steps 20] [--prompts 16] [--group 8] [--lr 2e-5] [--max-tokens 64] [--threads 1] [--eval-n 200]
-        [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl] [--quick] [--holdout N]
+        [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl] [--quick] [--holdout N] [--rollout-weights auto]
 
 Start model: `--model`, else `--config`'s SFT model (its base + SFT stages, built once and cached under
 .cache/posttrain/bench/ by benchmarks/_models.py). Shared by all runs: start model, tasks (reasoning-gym
@@ -109,6 +109,7 @@ def rl_config(args, out_dir: Path, dynamic_sampling: bool) -> RLConfig:
         tasks=[DomainConfig(name=d, options=OPTIONS[d], eval_tasks=0, verifiers=[VERIFIER], holdout=args.holdout)
                for d in DOMAINS],
         rollout=RolloutConfig(prompts_per_step=args.prompts, samples_per_prompt=args.group, max_tokens=args.max_tokens,
+                              weights=args.rollout_weights,
                               temperature=TemperatureConfig(schedule="constant", start=1.0, end=1.0)),
         dynamic_sampling=DynamicSamplingConfig(enabled=dynamic_sampling),
         optim=OptimConfig(lr=args.lr, warmup_steps=0, schedule="constant"),
@@ -353,6 +354,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: 2 threads stall 10-40x on a busy machine)")
     p.add_argument("--ours-threads", default=None,
                    help="ours: an int, or auto (rollout and update each pick 1 or --threads by measured time); default --threads")
+    p.add_argument("--rollout-weights", default="auto", choices=["auto", "exact", "bf16", "int8"],
+                   help="ours: rollout.weights (auto: bf16/int8 rollout weights for models of 20M+ weights)")
     p.add_argument("--holdout", type=int, default=None,
                    help="held-out questions per domain (default: the eval items; configs/smollm2-rl.yaml's options need 200)")
     p.add_argument("--eval-n", type=int, default=200, help="held-out tasks per domain for the final pass@1 (0: skip)")

@@ -221,9 +221,11 @@ class TemperatureConfig(Strict):
 class RolloutConfig(Strict):
     engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/rollout/engine.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {kv_dtype: int8} or {base_url: ...}
-    # the paged engine's matmul weights (rollout/paged/quant.py): auto = bf16 or int8 on a CPU for
-    # models of >= 20M weights, exact otherwise; trajectories sampled with inexact weights get TIS
-    weights: Literal["auto", "exact", "bf16", "int8"] = "auto"
+    # the paged engine's matmul weights (rollout/paged/quant.py): exact (default: kill -9 resume
+    # replays bit for bit) | auto = bf16 or int8 on a CPU for models of >= 20M weights (4.7x HF
+    # generate at 135M; a resumed run is not bit-identical, docs/LOG.md) | bf16 | int8;
+    # trajectories sampled with inexact weights get TIS
+    weights: Literal["auto", "exact", "bf16", "int8"] = "exact"
     prompts_per_step: int = Field(16, gt=0)
     samples_per_prompt: int = Field(8, gt=0)  # group size
     max_tokens: int = Field(128, gt=0)  # completion tokens per sample

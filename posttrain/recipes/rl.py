@@ -137,6 +137,11 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     def held_out_eval(timer: PhaseTimer) -> dict:
         with timer("eval"):
             metrics = evaluate_in_loop(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
+            # a resumed run starts after this eval with an empty prefix cache: so does this one
+            # (with bf16 / int8 rollout weights, reused prefix K/V differ in the last bits)
+            reset = getattr(engine, "reset_prefix_cache", None)
+            if reset is not None:
+                reset()
         auditor.held_out(step, metrics.get("pass@1", 0.0))
         return metrics
 

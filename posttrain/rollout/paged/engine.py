@@ -342,6 +342,13 @@ class PagedEngine:
             self.scheduler.preempt_all()
             self.version = int(version)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (vLLM's name). With inexact (bf16 / int8) weights a prefix's
+        K/V depend on the batch that computed them, so a run that must replay bit for bit (exact
+        resume) drops what an evaluation between two rollouts left behind."""
+        with self._step_lock:
+            self.allocator.clear_index()
+
     def kv_stats(self) -> dict[str, Any]:
         usable = self.allocator.num_blocks - 1
         return {

@@ -192,3 +192,16 @@ def test_update_weights_in_place(tiny_model_dir, tiny_tokenizer, prompts, tmp_pa
     again = e.generate(prompts, [greedy(6)] * 4)  # nothing half-applied (the prompts now come from the cache)
     assert e.version == 3 and all(same(a, b) for a, b in zip(again, after))
     assert all(isinstance(c, Completion) for c in after)
+
+
+def test_reset_prefix_cache_forgets_cached_prefixes(tiny_model_dir, tiny_tokenizer):
+    """After `reset_prefix_cache` a repeated prompt is computed again instead of sharing blocks."""
+    e = make_engine(tiny_model_dir, tiny_tokenizer, device="cpu", block_size=4, speculative=None)
+    prompt = list(range(5, 25))  # 5 full blocks
+    e.generate([prompt], [greedy(2)])
+    registered = len(e.allocator._by_key)
+    assert registered >= 4
+    e.reset_prefix_cache()
+    assert len(e.allocator._by_key) == 0
+    again = e.generate([prompt], [greedy(2)])[0]
+    assert again.token_ids == e.generate([prompt], [greedy(2)])[0].token_ids
