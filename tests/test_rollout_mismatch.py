@@ -31,32 +31,12 @@ from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logpr
 from posttrain.train.rl_update import corrected_old_and_weights, update_policy
 from posttrain.train.step import build_samples
 from posttrain.types import Group, Task, Trajectory
-from tests.unit.train.test_rl_update import GradRecorder, NoSchedule
+from tests.unit.train.test_rl_update import GradRecorder, NoSchedule, base_model, model, sampled  # noqa: F401 (fixtures)
 
 PAD = 0
 CPU = torch.device("cpu")
 MAX_TOKENS = 40
 CAP = 2.0
-
-
-@pytest.fixture(scope="module")
-def base_model(tiny_model_dir):
-    return load_model(tiny_model_dir, dtype="float32", device=CPU)
-
-
-@pytest.fixture
-def model(base_model):
-    return copy.deepcopy(base_model)
-
-
-@torch.no_grad()
-def sampled(model, prompt: list[int], n_new: int, seed: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    ids = list(prompt)
-    for _ in range(n_new):
-        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
-        ids.append(int(torch.multinomial(torch.softmax(logits, -1), 1, generator=g)))
-    return ids
 
 
 def scripted(model, n: int, seed: int, shift: float | None = None) -> tuple[list[Sample], list[list[float]]]:
