@@ -14,7 +14,6 @@ inexact weights (bf16 / int8 rollout), corrected by truncated importance samplin
 
 from __future__ import annotations
 
-import copy
 import math
 import pickle
 import random
@@ -26,7 +25,6 @@ import torch
 
 from posttrain.config import AlgoConfig, RLConfig, load_config
 from posttrain.rollout.paged import quant
-from posttrain.train.model import load_model
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logprobs, sequence_logprobs, token_logits
 from posttrain.train.rl_update import corrected_old_and_weights, update_policy
 from posttrain.train.step import build_samples
