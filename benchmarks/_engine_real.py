@@ -120,8 +120,7 @@ def weights_only_seconds(e, rows: int, reps: int = 3) -> float:
     """Seconds of one pass of the engine's own matmuls (every layer's and the LM head, nothing
     else) over `rows` random rows: the weights-only forward (best of `reps`)."""
     m = e.model
-    keys = [((i, n), getattr(layer, f"{n}_w"), getattr(layer, f"{n}_b")) for i, layer in enumerate(m.layers)
-            for n in ("qkv", "o", "gate_up", "down")] + [((-1, "lm_head"), m.lm_head, None)]
+    keys = list(m.linears())
     xs = [torch.randn(rows, w.shape[1], dtype=m.dtype) for _, w, _ in keys]
 
     def run() -> None:
@@ -160,9 +159,7 @@ def weight_bytes(e) -> int:
     q = e.model.quant
     if q is not None:
         return sum(lin.weight_t.numel() if hasattr(lin, "weight_t") else lin.weight.numel() for lin in q.layers.values())
-    m = e.model
-    return sum(t.numel() * t.element_size() for t in [m.lm_head] + [getattr(layer, f"{n}_w") for layer in m.layers
-                                                                     for n in ("qkv", "o", "gate_up", "down")])
+    return sum(w.numel() * w.element_size() for _, w, _ in e.model.linears())
 
 
 def batch1_row(path, tok, hf, rounds: int) -> None:

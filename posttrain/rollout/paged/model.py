@@ -152,6 +152,14 @@ class PagedModel:
         if self.quant is not None:
             self.quant.rebuild()
 
+    def linears(self):
+        """(key, weight, bias) of every matmul, in forward order: each layer's fused q/k/v, o, fused
+        gate/up and down ((layer, name) keys), then the LM head ((-1, "lm_head"))."""
+        for i, layer in enumerate(self.layers):
+            for name in ("qkv", "o", "gate_up", "down"):
+                yield (i, name), getattr(layer, f"{name}_w"), getattr(layer, f"{name}_b")
+        yield (-1, "lm_head"), self.lm_head, None
+
     def _linear(self, x: torch.Tensor, key: tuple[int, str], w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         if self.observer is not None:
             self.observer(key, x)

@@ -45,7 +45,6 @@ import torch
 WEIGHT_MODES = ("auto", "exact", "bf16", "int8", "int8-weight-only")
 AUTO_MIN_PARAMETERS = 20_000_000
 SMOOTH_ALPHA = 0.5
-LINEARS = ("qkv", "o", "gate_up", "down")
 
 
 def check_mode(mode: str) -> str:
@@ -157,7 +156,7 @@ class Quantized:
                  alpha: float = SMOOTH_ALPHA):
         self.model, self.kind = model, Int8Linear if mode == "int8" else Int8WeightOnly
         self.smooth: dict[tuple[int, str], torch.Tensor | None] = {}
-        for key, weight, _ in self._linears():
+        for key, weight, _ in self.model.linears():
             if act_absmax is None:
                 self.smooth[key] = None
                 continue
@@ -167,17 +166,10 @@ class Quantized:
         self.layers: dict[tuple[int, str], Int8Linear | Int8WeightOnly] = {}
         self.rebuild()
 
-    def _linears(self):
-        m = self.model
-        for i, layer in enumerate(m.layers):
-            for name in LINEARS:
-                yield (i, name), getattr(layer, f"{name}_w"), getattr(layer, f"{name}_b")
-        yield (-1, "lm_head"), m.lm_head, None
-
     @torch.no_grad()
     def rebuild(self) -> None:
         """Re-quantize every layer from the model's current (master) weights; smoothing stays fixed."""
-        self.layers = {key: self.kind(w, b, self.smooth[key]) for key, w, b in self._linears()}
+        self.layers = {key: self.kind(w, b, self.smooth[key]) for key, w, b in self.model.linears()}
 
     def linear(self, x: torch.Tensor, key: tuple[int, str]) -> torch.Tensor:
         return self.layers[key](x)
