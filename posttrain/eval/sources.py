@@ -1,36 +1,39 @@
-"""Eval task sources from one spec string: reasoning-gym domains, JSONL task files, HumanEval files.
+"""Eval task sources from a spec: reasoning-gym domains, registered sources, JSONL and HumanEval files.
 
-    tasks = load_spec("basic_arithmetic:100,chain_sum,data/qa.jsonl,HumanEval.jsonl.gz:20", default_n=50,
-                      seed=1_000_000)
+    tasks = load_spec("basic_arithmetic:100,chain_sum,humaneval:20,data/qa.jsonl", default_n=50, seed=1_000_000)
+    tasks = load_spec(["reasoning_gym:10", {"name": "needle", "n": 40, "options": {"lengths": [512]}}], 50, 0)
 
-Each comma-separated item is `NAME[:N]`:
+A spec is a comma-separated string or a list (a suite's `tasks:`) of items; an item is a string
+`NAME[:N]` or a mapping `{name: NAME, n: N, options: {...}}`. NAME is, in this order:
+- a registered task source (posttrain/tasks/registry.py: `humaneval`, the long-context probes, the
+  red-team categories, ...): N tasks from it (default: all of a fixed dataset such as HumanEval's
+  164, `default_n` of a generated one), with `options` as the source's settings;
+- a group (`reasoning_gym`: every reasoning-gym domain; `redteam`: every red-team category): one
+  item per member, each with the same N and options;
 - a reasoning-gym domain (`chain_sum`): N tasks (default `default_n`) from items `seed`, `seed`+1, ...
-  (with `task_options[NAME]` as dataset options), scored by the verifiers they name (`reasoning_gym`);
+  (with the item's options, else `task_options[NAME]`, as dataset options), scored by `reasoning_gym`;
 - a file (an item ending in `.jsonl` / `.jsonl.gz` or naming an existing file): its first N tasks
   (default: all). Its domain is the file name without `.jsonl[.gz]`. The format is read from the
   first record: one with string `task_id`, `prompt`, `test` and `entry_point` is a HumanEval file
-  (`posttrain verify code`'s task format), anything else a posttrain JSONL task file
-  (posttrain/tasks/jsonl.py: `prompt`, `answer`, `verifier(s)`).
+  (tasks/humaneval.py), anything else a posttrain JSONL task file (tasks/jsonl.py: `prompt`,
+  `answer`, `verifier(s)`).
 
-HumanEval tasks become chat tasks verified by `code` (unit tests in the sandbox): the user message
-asks for the function in a fenced block, the reference keeps the prompt, entry point and test
-(`spec_for` puts the prompt in front of the reply's code, as HumanEval does). A bad line of any
-file is a DataError `path:LINE: what is wrong`; an unknown domain a ConfigError naming close ones.
+Every check runs before any task is built: an unknown name is a ConfigError naming close ones, a
+domain listed twice or a bad N a ConfigError naming the item; a bad line of a file is a DataError
+`path:LINE: what is wrong`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from posttrain.errors import ConfigError, DataError
 from posttrain.fsio import read_jsonl
-from posttrain.types import Limits, Task
+from posttrain.tasks.humaneval import HUMANEVAL_KEYS, load_humaneval
+from posttrain.types import Task
 
-HUMANEVAL_KEYS = ("task_id", "prompt", "entry_point", "test")
-CODE_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, "
-                    "imports included, in one ```python code block.")
-CODE_MAX_TOKENS = 512  # a HumanEval function body needs more room than the 256-token default limit
 _SUFFIXES = (".jsonl.gz", ".jsonl")
 
 
@@ -47,68 +50,91 @@ def file_domain(path: str) -> str:
     return Path(name).stem or name
 
 
-def parse_spec(spec: str, default_n: int | None) -> list[tuple[str, int | None]]:
-    """"a:10,b,x.jsonl" -> [("a", 10), ("b", default_n), ("x.jsonl", None)]: a file without :N is
-    read whole. Unknown domains, bad counts and repeated items raise ConfigError."""
-    from posttrain.tasks.reasoning_gym import check_domain
+@dataclass(frozen=True)
+class SpecItem:
+    name: str  # a source, a reasoning-gym domain or a file path (groups are expanded)
+    n: int | None  # None: all of a file or fixed dataset
+    options: Mapping[str, Any] | None = None  # None: task_options[name] (reasoning-gym) or none
 
-    out: list[tuple[str, int | None]] = []
-    domains: set[str] = set()
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, count = item.rpartition(":")
-        if not sep or (not count.strip().lstrip("-").isdigit() and is_file_item(item)):
-            name, count, sep = item, "", ""
-        name = name.strip()
-        n: int | None
-        if sep:
-            try:
-                n = int(count)
-            except ValueError:
-                raise ConfigError(f"tasks: {item!r}: expected NAME:N with an integer N") from None
-            if n <= 0:
-                raise ConfigError(f"tasks: {item!r}: N must be > 0")
+    @property
+    def domain(self) -> str:
+        return file_domain(self.name) if is_file_item(self.name) else self.name
+
+
+def _count(item: str, count: str) -> int:
+    try:
+        n = int(count)
+    except ValueError:
+        raise ConfigError(f"tasks: {item!r}: expected NAME:N with an integer N") from None
+    if n <= 0:
+        raise ConfigError(f"tasks: {item!r}: N must be > 0")
+    return n
+
+
+def _string_item(item: str) -> tuple[str, int | None]:
+    name, sep, count = item.rpartition(":")
+    if not sep or (not count.strip().lstrip("-").isdigit() and is_file_item(item)):
+        return item, None
+    return name.strip(), _count(item, count)
+
+
+def _mapping_item(item: Mapping[str, Any]) -> tuple[str, int | None, Mapping[str, Any] | None]:
+    unknown = sorted(set(item) - {"name", "n", "options"})
+    if unknown or not isinstance(item.get("name"), str) or not item["name"].strip():
+        why = f"unknown key {unknown[0]!r}" if unknown else "needs a string 'name'"
+        raise ConfigError(f"tasks: item {dict(item)!r}: {why} (keys: name, n, options)")
+    n = item.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n <= 0):
+        raise ConfigError(f"tasks: item {item['name']!r}: n must be an integer > 0 (got {n!r})")
+    options = item.get("options")
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"tasks: item {item['name']!r}: options must be a mapping (got {type(options).__name__})")
+    return item["name"].strip(), n, options
+
+
+def _raw_items(spec: str | Sequence[str | Mapping[str, Any]]) -> list[str | Mapping[str, Any]]:
+    if isinstance(spec, str):
+        return [part.strip() for part in spec.split(",") if part.strip()]
+    out: list[str | Mapping[str, Any]] = []
+    for item in spec:
+        if isinstance(item, str):
+            out += [part.strip() for part in item.split(",") if part.strip()]
+        elif isinstance(item, Mapping):
+            out.append(item)
         else:
-            n = None if is_file_item(name) else default_n
-        domain = file_domain(name) if is_file_item(name) else name
-        if not is_file_item(name):
-            check_domain(name)
-        if domain in domains:
-            raise ConfigError(f"tasks: domain {domain!r} is listed twice")
-        domains.add(domain)
-        out.append((name, n))
-    if not out:
-        raise ConfigError(f"tasks: {spec!r} names no domain; expected NAME[:N] or FILE.jsonl[:N], comma-separated")
+            raise ConfigError(f"tasks: item {item!r}: expected NAME[:N] or a mapping {{name, n, options}}")
     return out
 
 
-def humaneval_task(record: dict, domain: str) -> Task:
-    task_id = record["task_id"]
-    body = f"{CODE_INSTRUCTION}\n\n```python\n{record['prompt'].rstrip()}\n```"
-    return Task(
-        id=task_id if "/" in task_id else f"{domain}/{task_id}",
-        domain=domain,
-        prompt=({"role": "user", "content": body},),
-        reference={k: record[k] for k in ("prompt", "entry_point", "test")},
-        verifiers=("code",),
-        limits=Limits(max_new_tokens=CODE_MAX_TOKENS),
-        metadata={"source": "humaneval", "task_id": task_id},
-    )
+def parse_items(spec: str | Sequence[str | Mapping[str, Any]], default_n: int | None) -> list[SpecItem]:
+    """The spec's items with groups expanded and every name checked (module docstring)."""
+    from posttrain.tasks import registry
 
-
-def load_humaneval(path: str | Path, domain: str) -> list[Task]:
-    tasks: list[Task] = []
+    out: list[SpecItem] = []
+    for raw in _raw_items(spec):
+        name, n, options = _mapping_item(raw) if isinstance(raw, Mapping) else (*_string_item(raw), None)
+        if is_file_item(name):
+            out.append(SpecItem(name, n, options))
+            continue
+        registry.check_name(name)
+        names = registry.expand_group(name) if registry.is_group(name) and not registry.is_source(name) else [name]
+        for member in names:
+            fixed = registry.is_source(member) and registry.sources()[member].size is not None
+            out.append(SpecItem(member, n if n is not None else (None if fixed else default_n), options))
+    if not out:
+        raise ConfigError(f"tasks: {spec!r} names no domain; expected NAME[:N] or FILE.jsonl[:N], comma-separated")
     seen: set[str] = set()
-    for where, record in read_jsonl(path, HUMANEVAL_KEYS):
-        if record["task_id"] in seen:
-            raise DataError(f"{where}: duplicate task_id {record['task_id']!r}")
-        seen.add(record["task_id"])
-        tasks.append(humaneval_task(record, domain))
-    if not tasks:
-        raise DataError(f"{path}: no tasks (the file is empty)")
-    return tasks
+    for item in out:
+        if item.domain in seen:
+            raise ConfigError(f"tasks: domain {item.domain!r} is listed twice")
+        seen.add(item.domain)
+    return out
+
+
+def parse_spec(spec: str | Sequence[str | Mapping[str, Any]], default_n: int | None) -> list[tuple[str, int | None]]:
+    """"a:10,b,x.jsonl" -> [("a", 10), ("b", default_n), ("x.jsonl", None)]: a file without :N is
+    read whole. Unknown domains, bad counts and repeated items raise ConfigError."""
+    return [(item.name, item.n) for item in parse_items(spec, default_n)]
 
 
 def file_format(path: str | Path) -> str:
@@ -128,19 +154,23 @@ def load_file(path: str | Path, domain: str | None = None) -> list[Task]:
     return load_humaneval(path, domain) if file_format(path) == "humaneval" else load_tasks(path, domain)
 
 
-def load_spec(spec: str, default_n: int, seed: int,
+def load_spec(spec: str | Sequence[str | Mapping[str, Any]], default_n: int, seed: int,
               task_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Task]:
     """The tasks of every item of `spec`, in spec order (see the module docstring)."""
+    from posttrain.tasks import registry
     from posttrain.tasks.reasoning_gym import make_tasks
 
-    options = task_options or {}
+    defaults = task_options or {}
     tasks: list[Task] = []
-    for name, n in parse_spec(spec, default_n):
-        if is_file_item(name):
-            got = load_file(name)
-            if n is not None and n > len(got):
-                raise ConfigError(f"tasks: {name}:{n}: the file has only {len(got)} tasks")
-            tasks += got[:n] if n is not None else got
+    for item in parse_items(spec, default_n):
+        if is_file_item(item.name):
+            got = load_file(item.name)
+            if item.n is not None and item.n > len(got):
+                raise ConfigError(f"tasks: {item.name}:{item.n}: the file has only {len(got)} tasks")
+            tasks += got[: item.n] if item.n is not None else got
+        elif registry.is_source(item.name):
+            tasks += registry.make_source_tasks(item.name, item.n, seed, item.options or {})
         else:
-            tasks += make_tasks(name, n or default_n, seed, config=options.get(name))
+            options = item.options if item.options is not None else defaults.get(item.name)
+            tasks += make_tasks(item.name, item.n or default_n, seed, config=options)
     return tasks
