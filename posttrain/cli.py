@@ -21,6 +21,7 @@ from rich.console import Console
 from posttrain.errors import PosttrainError
 from posttrain.models.cli import app as models_app
 from posttrain.sandbox.cli import app as sandbox_app
+from posttrain.tasks.cli import app as tasks_app
 from posttrain.verifiers.cli import app as verify_app
 
 app = typer.Typer(
@@ -29,7 +30,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-tasks_app = typer.Typer(help="Inspect task sources.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(verify_app, name="verify")
@@ -175,15 +175,6 @@ def serve(
 
     run_server(model, host=host, port=port, engine=engine, model_name=model_name,
                enable_weight_updates=enable_weight_updates, mode=mode)
-
-
-@tasks_app.command("list")
-def tasks_list() -> None:
-    """List every reasoning-gym domain available by name (JSONL task files are named by path)."""
-    from posttrain.tasks.reasoning_gym import list_domains
-
-    for name in list_domains():
-        print(name)
 
 
 def main() -> None:

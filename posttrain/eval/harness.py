@@ -32,6 +32,7 @@ from rich.table import Table
 
 from posttrain.config import EvalConfig
 from posttrain.errors import ConfigError
+from posttrain.eval.analyses import run_analyses
 from posttrain.eval.sources import load_spec, parse_spec
 from posttrain.eval.suite import CORRECT, EvalResult, evaluate_tasks, metric_keys
 from posttrain.fsio import write_text_atomic
@@ -136,6 +137,7 @@ def run(cfg: EvalConfig) -> dict:
             max_tokens=cfg.max_new_tokens, stop_ids=stop_ids(tokenizer, getattr(engine, "model", None)),
             seed=cfg.seed, tasks_per_call=max(1, 4 * cfg.batch_size // cfg.samples), on_progress=bar.update)
     out = result_json(cfg, result, temperature)
+    out.update(run_analyses(tasks, result.records, engine))
     lines = "".join(json.dumps(r.to_json()) + "\n" for r in result.records)
     write_text_atomic(completions_path(cfg.out), lines)
     write_text_atomic(Path(cfg.out), json.dumps(out, indent=2) + "\n")

@@ -60,11 +60,14 @@ class SampleRecord:
     num_tokens: int  # completion tokens (the stop token included)
     scores: dict[str, float] = field(default_factory=dict)  # per verifier
     errors: tuple[str, ...] = ()  # verifier errors ("name: message")
+    events: tuple[str, ...] = ()  # violations the verifiers / sandbox reported (verifiers.events_of)
+    prompt_tokens: int = 0  # the rendered prompt's tokens
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.task_id, "domain": self.domain, "sample": self.sample, "completion": self.completion,
                 "score": self.score, "correct": self.correct, "finish_reason": self.finish_reason,
-                "num_tokens": self.num_tokens, "scores": self.scores, "errors": list(self.errors)}
+                "num_tokens": self.num_tokens, "prompt_tokens": self.prompt_tokens, "scores": self.scores,
+                "errors": list(self.errors), "events": list(self.events)}
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def overall(domains: dict[str, dict[str, Any]], records: Sequence[SampleRecord],
 
 
 def _verify(tasks: Sequence[Task], trajs: list[list[Trajectory]], workers: int | None) -> list[list[SampleRecord]]:
-    from posttrain.verifiers import task_score, verify_groups
+    from posttrain.verifiers import events_of, task_score, verify_groups
 
     out = []
     for task, group, (verdicts, _) in zip(tasks, trajs, verify_groups(list(zip(tasks, trajs)), workers)):
@@ -137,7 +140,7 @@ def _verify(tasks: Sequence[Task], trajs: list[list[Trajectory]], workers: int |
                 task_id=task.id, domain=task.domain, sample=j, completion=traj.text, score=value,
                 correct=not errors and value is not None and value >= CORRECT, finish_reason=traj.finish_reason,
                 num_tokens=len(traj.token_ids) - traj.prompt_len, scores={s.verifier: s.value for s in scores},
-                errors=tuple(errors)))
+                errors=tuple(errors), events=events_of(scores), prompt_tokens=traj.prompt_len))
         out.append(rows)
     return out
 

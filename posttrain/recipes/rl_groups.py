@@ -35,7 +35,7 @@ from posttrain.envs.single_turn import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
 from posttrain.types import Group, Score, Task, Trajectory
-from posttrain.verifiers import task_score, verify_groups
+from posttrain.verifiers import events_of, task_score, verify_groups
 
 
 @dataclass
@@ -67,14 +67,6 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
     if cfg.length_target is not None and cfg.length_weight:
         reward += length_penalty(n, cfg.length_target, cfg.length_weight)
     return reward
-
-
-def events_of(scores: list[Score]) -> tuple[str, ...]:
-    """What verifiers reported as violations: `details["events"]` (sandbox limits, early exits,
-    touched tests, forged verdicts) and `details["injection"]` (judge injections)."""
-    found = [str(e) for s in scores for e in (s.details.get("events") or ())]
-    found += ["judge_injection" for s in scores if s.details.get("injection")]
-    return tuple(sorted(set(found)))
 
 
 def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int, verdicts, seconds: float) -> Group:

@@ -2,6 +2,7 @@
 
 from posttrain.verifiers.registry import (
     VERIFIERS,
+    events_of,
     get_verifier,
     register,
     run_verifiers,
@@ -12,5 +13,5 @@ from posttrain.verifiers.registry import (
 )
 
 __all__ = [
-    "VERIFIERS", "get_verifier", "register", "run_verifiers", "run_verifiers_many", "verify_groups", "task_score", "verifier_options",
+    "VERIFIERS", "events_of", "get_verifier", "register", "run_verifiers", "run_verifiers_many", "verify_groups", "task_score", "verifier_options",
 ]  # fmt: skip

@@ -135,3 +135,11 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 def _load_builtins() -> None:
     # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length; math
     from posttrain.verifiers import basic, code, format, math  # noqa: F401
+
+
+def events_of(scores: list[Score]) -> tuple[str, ...]:
+    """What verifiers reported as violations: `details["events"]` (sandbox limits, early exits,
+    touched tests, forged verdicts) and `details["injection"]` (judge injections)."""
+    found = [str(e) for s in scores for e in (s.details.get("events") or ())]
+    found += ["judge_injection" for s in scores if s.details.get("injection")]
+    return tuple(sorted(set(found)))
