@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from posttrain.errors import PosttrainError
+from posttrain.errors import ConfigError, PosttrainError
 from posttrain.models.cli import app as models_app
 from posttrain.sandbox.cli import app as sandbox_app
 from posttrain.tasks.cli import app as tasks_app
@@ -36,6 +36,7 @@ app.add_typer(verify_app, name="verify")
 app.add_typer(models_app, name="models")
 
 err = Console(stderr=True)
+DEFAULT_SUITES = "configs/suites.yaml"
 
 ConfigArg = typer.Argument(None, help="YAML config file (optional for commands with defaults).")
 OverridesArg = typer.Argument(None, help="Dotted overrides, e.g. train.lr=1e-4 model.path=/m")
@@ -126,26 +127,59 @@ def rl(
 def eval_(
     config: Optional[str] = ConfigArg,
     overrides: Optional[list[str]] = OverridesArg,
-    model: Optional[str] = typer.Option(None, "--model", help="Model directory (HF layout)."),
+    model: Optional[list[str]] = typer.Option(
+        None, "--model", help="Model directory (HF layout); with --suite, repeat it to compare models side by side."),
+    label: Optional[list[str]] = typer.Option(None, "--label", help="Names of the --model dirs, in order (default: dir names)."),
+    suite: Optional[str] = typer.Option(
+        None, "--suite", help=f"A named suite from CONFIG's suites (default file: {DEFAULT_SUITES})."),
     tasks: Optional[str] = typer.Option(
-        None, "--tasks", help="NAME[:N],FILE[:N],...: reasoning-gym domains, JSONL task files, HumanEval-format files."),
+        None, "--tasks", help="NAME[:N],FILE[:N],...: reasoning-gym domains, sources (humaneval, ...), JSONL / HumanEval files."),
     samples: Optional[int] = typer.Option(None, "--samples", help="K completions per task (pass@K)."),
-    n: Optional[int] = typer.Option(None, "--n", help="Tasks per reasoning-gym domain when SPEC gives no :N."),
+    n: Optional[int] = typer.Option(None, "--n", help="Tasks per generated domain when an item gives no :N."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Rollout engine: paged (built-in, default) or hf."),
-    out: Optional[str] = typer.Option(None, "--out", help="Where to write the JSON results."),
+    out: Optional[str] = typer.Option(None, "--out", help="JSON results file; with --suite, a directory (default runs/eval)."),
 ) -> None:
-    """Evaluate a model through the rollout engine and the verifiers: pass@1 and pass@K per domain, with 95% intervals."""
+    """Evaluate models through the rollout engine and the verifiers: pass@k per domain with 95% intervals;
+    with --suite and several --model, side by side with paired significance tests and the suite's gates."""
+    path, rest = _split(config, overrides)
+    models = list(model or [])
+    if suite is not None:
+        _eval_suite(path or DEFAULT_SUITES, rest, suite, models, list(label or []), out, engine, samples, n, tasks)
+        return
     from posttrain.config import EvalConfig, load_config
 
-    path, rest = _split(config, overrides)
-    for key, value in (("model", model), ("tasks", tasks), ("samples", samples), ("n_per_domain", n),
-                       ("engine", engine), ("out", out)):
+    if len(models) > 1 or label:
+        raise ConfigError("eval: several --model (and --label) need --suite NAME; without it, give one --model")
+    for key, value in (("model", models[0] if models else None), ("tasks", tasks), ("samples", samples),
+                       ("n_per_domain", n), ("engine", engine), ("out", out)):
         if value is not None:
             rest.append(f"{key}={value}")
     cfg = load_config(EvalConfig, path, rest)
     from posttrain.eval import harness
 
     harness.run(cfg)
+
+
+def _eval_suite(path: str, rest: list[str], name: str, models: list[str], labels: list[str], out: Optional[str],
+                engine: Optional[str], samples: Optional[int], n: Optional[int], tasks: Optional[str]) -> None:
+    from posttrain.errors import gate_failure
+    from posttrain.eval.suites import load_suites, run_suite
+
+    if not models:
+        raise ConfigError("eval --suite: name at least one --model")
+    if labels and len(labels) != len(models):
+        raise ConfigError(f"eval: {len(labels)} --label for {len(models)} --model; give one per model or none")
+    if tasks is not None:
+        raise ConfigError("eval: --tasks and --suite exclude each other (a suite names its tasks)")
+    rest = rest + [f"suites.{name}.{k}={v}" for k, v in (("samples", samples), ("n", n)) if v is not None]
+    suites, gates = load_suites(path, rest)
+    if name not in suites:
+        raise ConfigError(f"eval: no suite {name!r} in {path} (suites: {', '.join(sorted(suites))})")
+    pairs = list(zip(labels or [Path(m).name for m in models], models))
+    cmp = run_suite(name, suites[name], pairs, out or "runs/eval", gates, **({"engine": engine} if engine else {}))
+    failed = [g for g in cmp["gates"] if not g["passed"]]
+    if failed:
+        raise gate_failure(failed)
 
 
 @app.command()

@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from posttrain.config_eval import EvalConfig, EvalSection, PipelineEvalConfig, Strict
 from posttrain.errors import ConfigError
 from posttrain.fsio import write_text_atomic
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 # ---------------------------------------------------------------- shared sections
@@ -144,31 +141,14 @@ class SFTConfig(Strict):
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
+    eval: EvalSection = EvalSection()  # suites evaluated at step 0 and every train.eval_every; gates
     logging: LoggingConfig = LoggingConfig()
 
 
 # ---------------------------------------------------------------- eval
 
 
-class EvalConfig(Strict):
-    model: str = "runs/sft/final"
-    # "NAME[:N],FILE[:N],...": reasoning-gym domains, JSONL task files, HumanEval-format code files
-    tasks: str = "basic_arithmetic,chain_sum"
-    n_per_domain: int = Field(50, gt=0)  # tasks per reasoning-gym domain when SPEC gives no :N (files: all)
-    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/rollout/engine.py ENGINES
-    engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {base_url: ...} for remote
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
-    samples: int = Field(1, gt=0)  # K: completions per task, for pass@K
-    seed: int = 1_000_000  # held-out seeds start here, far from training seeds
-    temperature: float = Field(0.0, ge=0)  # 0: greedy (samples>1 then forces sampling at 1.0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(128, gt=0)  # worked solutions of 4-5 term problems need ~100 tokens
-    batch_size: int = Field(64, gt=0)  # sequences the engine decodes at once
-    out: str = "runs/eval/eval.json"
-    task_options: dict[str, dict[str, Any]] = {}  # reasoning-gym options per domain
-    # verifiers scoring every task, replacing the ones the tasks name (e.g. [numeric], as an RL
-    # domain's `verifiers` does, so eval and training judge alike); None: the tasks' own
-    verifiers: list[str] | None = None
+# EvalConfig, the suites and gates: posttrain/config_eval.py
 
 
 # ---------------------------------------------------------------- RL
@@ -330,6 +310,7 @@ class RLConfig(Strict):
     optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant")
     train: RLTrainConfig = RLTrainConfig()
     monitor: MonitorConfig = MonitorConfig()
+    eval: EvalSection = EvalSection()  # suites evaluated at step 0 and every train.eval_every; gates
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
@@ -362,7 +343,7 @@ class PipelineConfig(Strict):
     base: BaseConfig = BaseConfig()
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
-    eval: dict[str, EvalConfig] = {}  # name -> eval run, e.g. {"base": ..., "sft": ...}
+    eval: PipelineEvalConfig = PipelineEvalConfig()  # suites x models side by side, gates (config_eval.py)
     # reasoning-gym options per domain, handed to every stage that does not set its own
     # (SFT data, evals), so training and eval draw from the same task distribution
     task_options: dict[str, dict[str, Any]] = {}

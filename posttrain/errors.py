@@ -23,3 +23,14 @@ class CheckpointError(PosttrainError):
 
 class TrainingError(PosttrainError):
     """Training cannot go on (e.g. repeated non-finite losses)."""
+
+
+class GateError(PosttrainError):
+    """A regression gate failed (the message names the gate, the model and the numbers)."""
+
+
+def gate_failure(rows: list[dict]) -> GateError:
+    """One GateError naming every failed gate row (eval/compare.py `gate_row` dicts)."""
+    parts = [f"{r['name']}: {r['model']} {r['value']:.3f} vs {r['baseline']} {r['baseline_value']:.3f} "
+             f"(drop {r['drop']:.3f} > {r['max_drop']:g})" for r in rows]
+    return GateError("gate failed: " + "; ".join(parts))

@@ -10,14 +10,18 @@ held-out questions), JSONL task files and HumanEval-format code files (verified 
 sandbox). Completions stop at the tokenizer's and model's end-of-sequence ids and at <|im_end|> /
 <|endoftext|>. Writes, each atomically (a failed run leaves earlier files as they were):
 
-    cfg.out   {"model": path, "engine": name, "samples": K, "seed": int, "temperature": float,
+    cfg.out   {"model": path, "label": name, "suite": name | null, "engine": name, "samples": K,
+               "metrics": ["pass@1", "pass@k", ...], "seed": int, "temperature": float,
                "top_p": float, "max_tokens": int, "tasks": spec,
-               "domains": {NAME: {"n", "pass@1", "pass@1_ci95": [lo, hi], "pass@K", "pass@K_ci95",
+               "domains": {NAME: {"n", "pass@1", "pass@1_ci95": [lo, hi], "pass@k", "pass@k_ci95",
                                   "mean_length", "verifier_errors"}},
-               "overall": {the same keys: n = all tasks, pass@k = mean over domains}}
-              (pass@K keys only when K > 1; intervals and overall as documented in suite.py)
+               "overall": {the same keys: n = all tasks, pass@k = mean over domains},
+               "per_task": {TASK_ID: {"domain", "correct": samples correct, "samples": K}},
+               ...extra tables (analyses.py: "long_context", "safety") when their tasks are in the spec}
+              (pass@k for each k of cfg.k, default 1 and K; intervals and overall as documented in suite.py)
     <out stem>.completions.jsonl   one line per sample: id, domain, sample, completion, score,
-                                   correct, finish_reason, num_tokens, scores (per verifier), errors
+                                   correct, finish_reason, num_tokens, prompt_tokens, scores (per
+                                   verifier), errors, events (violations)
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from posttrain.config import EvalConfig
 from posttrain.errors import ConfigError
 from posttrain.eval.analyses import run_analyses
 from posttrain.eval.sources import load_spec, parse_spec
-from posttrain.eval.suite import CORRECT, EvalResult, evaluate_tasks, metric_keys
+from posttrain.eval.suite import CORRECT, EvalResult, evaluate_tasks
 from posttrain.fsio import write_text_atomic
 from posttrain.telemetry.progress import progress_bar
 
@@ -83,9 +87,14 @@ def build_engine(cfg: EvalConfig, tokenizer):
 
 
 def result_json(cfg: EvalConfig, result: EvalResult, temperature: float) -> dict[str, Any]:
-    return {"model": cfg.model, "engine": cfg.engine, "samples": cfg.samples, "seed": cfg.seed,
-            "temperature": temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_new_tokens, "tasks": cfg.tasks,
-            "verifiers": cfg.verifiers, "domains": result.domains, "overall": result.overall}
+    return {"model": cfg.model, "label": label_of(cfg), "suite": cfg.suite, "engine": cfg.engine,
+            "samples": cfg.samples, "metrics": result.keys, "seed": cfg.seed, "temperature": temperature,
+            "top_p": cfg.top_p, "max_tokens": cfg.max_new_tokens, "tasks": cfg.tasks, "verifiers": cfg.verifiers,
+            "domains": result.domains, "overall": result.overall, "per_task": result.per_task()}
+
+
+def label_of(cfg: EvalConfig) -> str:
+    return cfg.label or Path(cfg.model).name
 
 
 def _cell(row: dict[str, Any], key: str, bold: str = "") -> str:
@@ -94,7 +103,7 @@ def _cell(row: dict[str, Any], key: str, bold: str = "") -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    keys = metric_keys(result["samples"])
+    keys = result["metrics"]
     errors = result["overall"].get("verifier_errors", 0)
     table = Table(title=f"eval {result['model']} ({result['engine']}, K={result['samples']}, seed {result['seed']})")
     for col in ["domain", "n"] + [f"{k} [95% CI]" for k in keys] + ["mean tokens"] + (["verifier errors"] if errors else []):
@@ -106,8 +115,9 @@ def print_table(result: dict[str, Any]) -> None:
     console.print(table)
 
 
-def run(cfg: EvalConfig) -> dict:
-    """Evaluate cfg.model on cfg.tasks; writes cfg.out and the completions; returns the result dict."""
+def run(cfg: EvalConfig, table: bool = True) -> dict:
+    """Evaluate cfg.model on cfg.tasks; writes cfg.out and the completions; returns the result dict
+    (and prints its table unless `table` is False)."""
     from posttrain.tasks.reasoning_gym import EVAL_SEED_START
     from posttrain.train.model import load_tokenizer
 
@@ -133,7 +143,7 @@ def run(cfg: EvalConfig) -> dict:
 
     with progress_bar(len(tasks), f"eval {Path(cfg.model).name}", enabled=True) as bar:
         result = evaluate_tasks(
-            engine, tokenizer, tasks, samples=cfg.samples, temperature=temperature, top_p=cfg.top_p,
+            engine, tokenizer, tasks, samples=cfg.samples, ks=cfg.ks(), temperature=temperature, top_p=cfg.top_p,
             max_tokens=cfg.max_new_tokens, stop_ids=stop_ids(tokenizer, getattr(engine, "model", None)),
             seed=cfg.seed, tasks_per_call=max(1, 4 * cfg.batch_size // cfg.samples), on_progress=bar.update)
     out = result_json(cfg, result, temperature)
@@ -141,7 +151,8 @@ def run(cfg: EvalConfig) -> dict:
     lines = "".join(json.dumps(r.to_json()) + "\n" for r in result.records)
     write_text_atomic(completions_path(cfg.out), lines)
     write_text_atomic(Path(cfg.out), json.dumps(out, indent=2) + "\n")
-    print_table(out)
+    if table:
+        print_table(out)
     if out["overall"].get("verifier_errors"):
         console.print(f"[yellow]warning[/]: {out['overall']['verifier_errors']} samples had verifier errors "
                       f"(counted wrong; see `errors` in {completions_path(cfg.out)})")

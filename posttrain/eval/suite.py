@@ -76,6 +76,16 @@ class EvalResult:
     domains: dict[str, dict[str, Any]]  # NAME -> row (module docstring), in first-seen task order
     overall: dict[str, Any]
     records: list[SampleRecord]  # task order, then sample order
+    keys: list[str] = field(default_factory=lambda: ["pass@1"])  # the pass@k reported
+
+    def per_task(self) -> dict[str, dict[str, Any]]:
+        """task id -> {"domain", "correct": samples correct, "samples": K}: what paired tests compare."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.records:
+            row = out.setdefault(r.task_id, {"domain": r.domain, "correct": 0, "samples": 0})
+            row["correct"] += int(r.correct)
+            row["samples"] += 1
+        return out
 
 
 def wilson_interval(p: float, n: float, z: float = Z95) -> list[float]:
@@ -93,11 +103,13 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def metric_keys(samples: int) -> list[str]:
-    return ["pass@1"] + ([f"pass@{samples}"] if samples > 1 else [])
+def metric_keys(samples: int, ks: Sequence[int] | None = None) -> list[str]:
+    """["pass@1", "pass@k", ...] for each k in ks (default: 1 and K); k = 1 always comes first."""
+    return [f"pass@{k}" for k in sorted({1, *(ks if ks is not None else [samples])})]
 
 
-def summarize(groups: Sequence[Sequence[SampleRecord]], samples: int) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def summarize(groups: Sequence[Sequence[SampleRecord]], samples: int,
+              ks: Sequence[int] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """(per-domain rows, overall) from each task's sample records (K per task); see the module docstring."""
     by_domain: dict[str, list[Sequence[SampleRecord]]] = {}
     for rows in groups:
@@ -105,22 +117,23 @@ def summarize(groups: Sequence[Sequence[SampleRecord]], samples: int) -> tuple[d
     domains: dict[str, dict[str, Any]] = {}
     for name, tasks in by_domain.items():
         row: dict[str, Any] = {"n": len(tasks)}
-        for key in metric_keys(samples):
+        for key in metric_keys(samples, ks):
             k = int(key.split("@")[1])
             value = _mean([pass_at_k(len(t), sum(r.correct for r in t), k) for t in tasks])
             row[key], row[f"{key}_ci95"] = value, wilson_interval(value, len(tasks))
         row["mean_length"] = _mean([r.num_tokens for t in tasks for r in t])
         row["verifier_errors"] = sum(bool(r.errors) for t in tasks for r in t)
         domains[name] = row
-    return domains, overall(domains, [r for rows in groups for r in rows], samples)
+    return domains, overall(domains, [r for rows in groups for r in rows], samples, ks)
 
 
-def overall(domains: dict[str, dict[str, Any]], records: Sequence[SampleRecord], samples: int) -> dict[str, Any]:
+def overall(domains: dict[str, dict[str, Any]], records: Sequence[SampleRecord], samples: int,
+            ks: Sequence[int] | None = None) -> dict[str, Any]:
     if not domains:
         return {}
     n_eff = len(domains) ** 2 / sum(1.0 / d["n"] for d in domains.values())
     out: dict[str, Any] = {"n": sum(d["n"] for d in domains.values())}
-    for key in metric_keys(samples):
+    for key in metric_keys(samples, ks):
         value = _mean([d[key] for d in domains.values()])
         out[key], out[f"{key}_ci95"] = value, wilson_interval(value, n_eff)
     out["mean_length"] = _mean([r.num_tokens for r in records])
@@ -151,6 +164,7 @@ def evaluate_tasks(
     tasks: Sequence[Task],
     *,
     samples: int = 1,
+    ks: Sequence[int] | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,
     max_tokens: int = 128,
@@ -182,14 +196,14 @@ def evaluate_tasks(
         groups += _verify(chunk, trajs, verify_workers)
         if on_progress is not None:
             on_progress(len(chunk))
-    domains, total = summarize(groups, samples)
-    return EvalResult(samples, domains, total, [r for rows in groups for r in rows])
+    domains, total = summarize(groups, samples, ks)
+    return EvalResult(samples, domains, total, [r for rows in groups for r in rows], metric_keys(samples, ks))
 
 
 def flat_metrics(result: EvalResult) -> dict[str, float]:
     """The RL loop's keys: `pass@k/<domain>` (sorted by domain) and `pass@k` (the mean over domains)."""
     out: dict[str, float] = {}
-    for key in metric_keys(result.samples):
+    for key in result.keys:
         out.update({f"{key}/{d}": row[key] for d, row in sorted(result.domains.items())})
         if result.overall:
             out[key] = result.overall[key]

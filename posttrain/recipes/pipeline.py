@@ -5,12 +5,19 @@
       base/              the embedded base (model/ in HF layout, metrics.jsonl)
       sft/               SFT checkpoints, metrics.jsonl, final/ (HF layout)
       rl/                RL checkpoints (with the replay buffer), metrics.jsonl, final/
-      eval/NAME.json     one eval per entry of `eval:` (e.g. base vs sft)
+      eval/SUITE/        every suite of `eval.suites` on every model of `eval.models`: LABEL.json each,
+                         compare.json (deltas, significance, gates; eval/suites.py)
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,
-SFT starts from the base built here, RL from the SFT model, an eval's `model` may name a stage ("base", "sft", "rl")
-instead of a path, and the top-level `task_options` reach every stage that draws tasks.
+SFT starts from the base built here, RL from the SFT model; `eval.models` names stages ("base",
+"sft", "rl", "start" = the first trained stage's input model) or paths, by default the starting
+model then every model-producing stage, so the first numbers are the starting model's. The
+suites of `eval.in_loop` (default: all) and their gates reach the sft / rl stages that define no
+suites of their own: evaluated before the first update and every `eval_every` steps. The
+eval stage fails the pipeline (GateError: non-zero exit, the gate named) when a gate fails for
+the last model against its baseline (the first model). The top-level `task_options` reach
+every stage and suite that draws tasks.
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ from posttrain.fsio import write_text_atomic
 console = Console(stderr=True)
 
 
+def stage_outputs(cfg: PipelineConfig) -> dict[str, str]:
+    return {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final"),
+            "rl": str(Path(cfg.rl.out_dir) / "final")}
+
+
 def resolve(cfg: PipelineConfig) -> PipelineConfig:
     """Fill the stage paths the config left unset, chaining each stage to the one before."""
     run_dir = Path(cfg.run_dir)
@@ -38,8 +50,7 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
         cfg.sft.out_dir = str(run_dir / "sft")
     if "out_dir" not in cfg.rl.model_fields_set:
         cfg.rl.out_dir = str(run_dir / "rl")
-    outputs = {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final"),
-               "rl": str(Path(cfg.rl.out_dir) / "final")}
+    outputs = stage_outputs(cfg)
     if "model" not in cfg.sft.model_fields_set or "path" not in cfg.sft.model.model_fields_set:
         cfg.sft.model.path = outputs["base"]
     if "model" not in cfg.rl.model_fields_set or "path" not in cfg.rl.model.model_fields_set:
@@ -49,16 +60,55 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
     for domain in cfg.rl.tasks:
         if domain.path is None and not domain.options and domain.name in cfg.task_options:
             domain.options = dict(cfg.task_options[domain.name])
-    for name, ev in cfg.eval.items():
-        if cfg.task_options and "task_options" not in ev.model_fields_set:
-            ev.task_options = cfg.task_options
-        if ev.model in outputs:
-            ev.model = outputs[ev.model]
-        if "out" not in ev.model_fields_set:
-            ev.out = str(run_dir / "eval" / f"{name}.json")
-    if "eval" in cfg.stages and not cfg.eval:
-        raise ConfigError("stages include 'eval' but the 'eval' section names no eval runs")
+    _resolve_eval(cfg, outputs)
     return cfg
+
+
+def eval_models(cfg: PipelineConfig, outputs: dict[str, str]) -> list[tuple[str, str]]:
+    """(label, path) of every model the eval stage compares, in order (config_eval.PipelineEvalConfig.models)."""
+    trained = [s for s in ("sft", "rl") if s in cfg.stages]
+    start = getattr(cfg, trained[0]).model.path if trained else None
+    names = cfg.eval.models
+    if names is None:
+        names = (["base"] if "base" in cfg.stages else ["start"] if start else []) + trained
+    models = []
+    for name in names:
+        if name == "start":
+            if start is None:
+                raise ConfigError("eval.models: 'start' names the first trained stage's input model, but no sft or rl stage runs")
+            models.append(("start", start))
+        elif name in outputs:
+            models.append((name, outputs[name]))
+        else:
+            models.append((Path(name).name, name))
+    return models
+
+
+def _resolve_eval(cfg: PipelineConfig, outputs: dict[str, str]) -> None:
+    """Suites named by eval.in_loop (default all) and their gates reach the sft / rl stages that set no suites."""
+    ev = cfg.eval
+    unknown = [s for s in ev.in_loop or [] if s not in ev.suites]
+    if unknown:
+        raise ConfigError(f"eval.in_loop: suite {unknown[0]!r} is not defined under eval.suites")
+    if "eval" in cfg.stages and not ev.suites:
+        raise ConfigError("stages include 'eval' but eval.suites defines no suite")
+    for suite in ev.suites.values():
+        if cfg.task_options and "task_options" not in suite.model_fields_set:
+            suite.task_options = cfg.task_options
+    names = list(ev.suites) if ev.in_loop is None else ev.in_loop
+    for stage in ("sft", "rl"):
+        section = getattr(cfg, stage).eval
+        if stage in cfg.stages and not section.suites and names:
+            gates = [g for g in ev.gates if g.suite in names]
+            best = ev.best_by if ev.best_by in names else None
+            getattr(cfg, stage).eval = type(section)(suites={n: ev.suites[n] for n in names}, gates=gates,
+                                                     best_by=best, batch_size=ev.batch_size)
+    if "eval" in cfg.stages:
+        labels = [label for label, _ in eval_models(cfg, outputs)]  # unknown names fail here, before any stage
+        for name, suite in ev.suites.items():
+            missing = [m for m in suite.models or [] if m not in labels]
+            if missing:
+                raise ConfigError(f"eval.suites.{name}.models: {missing[0]!r} is not among eval.models ({', '.join(labels)})")
 
 
 def _base(cfg: PipelineConfig, resume: bool) -> None:
@@ -104,11 +154,20 @@ def _trained_stage(name: str):
 
 
 def _eval(cfg: PipelineConfig, resume: bool) -> None:
-    from posttrain.eval import harness
+    """Every suite on every model (run_dir/eval/SUITE/), then the gates: a failed one fails the pipeline."""
+    from posttrain.errors import gate_failure
+    from posttrain.eval.suites import run_suite
 
-    for name, ev in cfg.eval.items():
-        console.print(f"[bold]eval[/] {name}: {ev.model}")
-        harness.run(ev)
+    ev = cfg.eval
+    models = eval_models(cfg, stage_outputs(cfg))
+    failed = []
+    for name, suite in ev.suites.items():
+        chosen = [m for m in models if suite.models is None or m[0] in suite.models]
+        cmp = run_suite(name, suite, chosen, Path(cfg.run_dir) / "eval", ev.gates, engine=ev.engine,
+                        engine_options=ev.engine_options, dtype=ev.dtype, batch_size=ev.batch_size)
+        failed += [g for g in cmp["gates"] if not g["passed"]]
+    if failed:
+        raise gate_failure(failed)
 
 
 def _report(cfg: PipelineConfig, resume: bool) -> None:

@@ -39,8 +39,9 @@ from posttrain.algos.temperature import temperature_at
 from posttrain.buffer import ReplayBuffer
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import RLConfig, save_config
-from posttrain.errors import CheckpointError
+from posttrain.errors import CheckpointError, gate_failure
 from posttrain.eval.harness import stop_ids
+from posttrain.eval.in_loop import SuiteEvals
 from posttrain.eval.suite import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import domain_metrics
@@ -109,12 +110,14 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     # 3. resume: every piece of state that crosses a step boundary
     step, bad = 0, BadSteps(t.max_bad_steps)
     auditor = Auditor(cfg, out_dir)
+    suites = SuiteEvals(cfg.eval, out_dir, tokenizer, stop_ids(tokenizer))  # bad suites fail here
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt, model=policy, optimizer=optimizer, scheduler=scheduler)
         if state.get("reference") != ref_id:
             raise CheckpointError(f"{ckpt}: saved with reference model {state.get('reference')}, now {ref_id}")
         step, bad.streak = state["step"], state["bad_streak"]
         auditor.load_state_dict(state["audit"], step)
+        suites.load_state_dict(state.get("suites"))
         mixture.load_state_dict(state["mixture"])
         if buffer is not None:
             buffer = ReplayBuffer.load(ckpt / "replay")
@@ -130,13 +133,14 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     def checkpoint() -> None:
         save_checkpoint(out_dir, step, model=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
                         state={"mixture": mixture.state_dict(), "bad_streak": bad.streak, "reference": ref_id,
-                               "audit": auditor.state_dict()},
+                               "audit": auditor.state_dict(), "suites": suites.state_dict()},
                         config=cfg, keep_last=t.keep_last,
                         extra={"replay": buffer.save} if buffer is not None else None)
 
     def held_out_eval(timer: PhaseTimer) -> dict:
         with timer("eval"):
             metrics = evaluate_in_loop(engine, tokenizer, eval_sets, ctx.stop_ids, cfg.rollout.max_tokens)
+            metrics.update(suites.evaluate(engine, step))
             # a resumed run starts after this eval with an empty prefix cache: so does this one
             # (with bf16 / int8 rollout weights, reused prefix K/V differ in the last bits)
             reset = getattr(engine, "reset_prefix_cache", None)
@@ -151,6 +155,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         if step == 0:
             timer = PhaseTimer()
             first = held_out_eval(timer)
+            suites.maybe_save_best(0, first, policy, tokenizer)
             logger.log(0, {**first, **timer.metrics()})
         while step < t.steps:
             timer, index = PhaseTimer(), step  # index: this step's 0-based number
@@ -171,6 +176,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                 audit, warnings = auditor.step(step, batch.generated, sample_stats["pass_rate"])
                 out_of_time = cap.reached()
                 evaluated = held_out_eval(timer) if step % t.eval_every == 0 or step == t.steps or out_of_time else {}
+                verdict = suites.check(step, evaluated)
+                suites.maybe_save_best(step, evaluated, policy, tokenizer, verdict)
                 monitored, alerts = auditor.flush()
             metrics = step_metrics(
                 batch.stats, sample_stats, replay_metrics(batch.kept, step), trained,
@@ -183,13 +190,20 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             metrics.update(threads.record(index, metrics))
             if ctx.verifier_errors:
                 warn(step, [f"{len(ctx.verifier_errors)} verifier errors, e.g. {ctx.verifier_errors[0]}"])
-            warn(step, warnings + alerts)
+            warn(step, warnings + alerts + [f"gate {r['name']} failed at step {step}" for r in verdict.failed])
             logger.log(step, metrics)
             bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)
             bad.observe(step, metrics, t.updates_per_step, bool(batch.kept), out_dir)
-            if step % t.save_every == 0 or step == t.steps or out_of_time:
+            if step % t.save_every == 0 or step == t.steps or out_of_time or verdict.action:
                 checkpoint()
+            if verdict.action == "stop":
+                raise gate_failure(verdict.failed)
+            if verdict.action == "rollback":
+                final = suites.rollback()
+                console.print(f"rl: gate failed at step {step}: rolled back to the best model (step "
+                              f"{suites.best['step']}) in {final}")
+                return final
             if out_of_time:
                 console.print(f"rl: stopping at step {step}: train.max_seconds={t.max_seconds} reached")
                 break

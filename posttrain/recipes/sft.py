@@ -34,7 +34,9 @@ from rich.console import Console
 from posttrain.algos.sft import sft_loss_sum
 from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
 from posttrain.config import SFTConfig, save_config
-from posttrain.errors import CheckpointError, DataError
+from posttrain.errors import CheckpointError, DataError, gate_failure
+from posttrain.eval.harness import stop_ids
+from posttrain.eval.in_loop import SuiteEvals
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.data import load_chat_examples, split_eval
@@ -158,6 +160,26 @@ def enable_activation_checkpointing(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+class SuiteEngine:
+    """The paged engine the in-loop suites run on: built from the model path once, then synced to
+    the trained weights (adapters merged) before each eval."""
+
+    def __init__(self, cfg: SFTConfig, tokenizer, device):
+        self.cfg, self.tokenizer, self.device, self.engine = cfg, tokenizer, device, None
+
+    def synced(self, model, step: int):
+        from posttrain.rollout.engine import ENGINES
+        from posttrain.train.weights import engine_state_dict
+
+        if self.engine is None:
+            self.engine = ENGINES["paged"](self.cfg.model.path, self.tokenizer, dtype=self.cfg.model.dtype,
+                                           device=self.device, max_num_seqs=self.cfg.eval.batch_size)
+        was_training = model.training
+        self.engine.update_weights(engine_state_dict(model), step)
+        model.train(was_training)
+        return self.engine
+
+
 def run(cfg: SFTConfig, resume: bool = False) -> Path:
     out_dir = Path(cfg.out_dir)
     t, o = cfg.train, cfg.optim
@@ -183,6 +205,9 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
     scheduler = build_scheduler(optimizer, o, total_steps)
     save_config(cfg, out_dir)
 
+    suites = SuiteEvals(cfg.eval, out_dir, tokenizer, stop_ids(tokenizer))  # bad suites fail before training
+    suite_engine = SuiteEngine(cfg, tokenizer, device)
+
     # 3. resume
     step, epoch, position = 0, 0, 0
     if resume and ckpt is None:
@@ -195,6 +220,7 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
                 f"gives {len(data.train)}: the data or packing config changed since the checkpoint"
             )
         step, epoch, position = state["step"], state["data"]["epoch"], state["data"]["position"]
+        suites.load_state_dict(state.get("suites"))
         console.print(f"resuming from {ckpt} (step {step})")
 
     trainable, total = trainable_parameters(model)
@@ -205,7 +231,7 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
     def checkpoint() -> None:
         save_checkpoint(out_dir, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
                         state={"data": {"epoch": epoch, "position": position},
-                               "microbatches_per_epoch": len(data.train)},
+                               "microbatches_per_epoch": len(data.train), "suites": suites.state_dict()},
                         config=cfg, keep_last=t.keep_last)
 
     # 4. train
@@ -217,6 +243,9 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
                      "microbatches_per_epoch": len(data.train)}
             if data.eval:
                 first["eval_loss"] = eval_loss(model, data.eval, device, dtype)
+            if suites:
+                first.update(suites.evaluate(suite_engine.synced(model, 0), 0))
+                suites.maybe_save_best(0, first, model, tokenizer)
             logger.log(0, first)
         while step < total_steps:
             if position >= len(order):
@@ -235,13 +264,29 @@ def run(cfg: SFTConfig, resume: bool = False) -> Path:
             if result["skipped"]:
                 console.print(f"[yellow]warning:[/] step {step}: {result['skipped']}; update skipped")
                 metrics["skipped_update"] = 1
-            if data.eval and (step % t.eval_every == 0 or step == total_steps):
+            evaluating = step % t.eval_every == 0 or step == total_steps
+            if data.eval and evaluating:
                 metrics["eval_loss"] = eval_loss(model, data.eval, device, dtype)
-            if step % t.log_every == 0 or step == total_steps or "eval_loss" in metrics:
+            verdict = None
+            if suites and evaluating:
+                evaluated = suites.evaluate(suite_engine.synced(model, step), step)
+                metrics.update(evaluated)
+                verdict = suites.check(step, evaluated)
+                suites.maybe_save_best(step, evaluated, model, tokenizer, verdict)
+                for row in verdict.failed:
+                    console.print(f"[yellow]warning:[/] step {step}: gate {row['name']} failed")
+            if step % t.log_every == 0 or step == total_steps or "eval_loss" in metrics or evaluating:
                 logger.log(step, metrics)
             bar.update(1, loss=result["loss"], lr=lr)
-            if step % t.save_every == 0 or step == total_steps:
+            if step % t.save_every == 0 or step == total_steps or (verdict and verdict.action):
                 checkpoint()
+            if verdict and verdict.action == "stop":
+                raise gate_failure(verdict.failed)
+            if verdict and verdict.action == "rollback":
+                final = suites.rollback()
+                console.print(f"sft: gate failed at step {step}: rolled back to the best model (step "
+                              f"{suites.best['step']}) in {final}")
+                return final
 
     # 5. export
     final = export_final(model, tokenizer, out_dir, dtype)

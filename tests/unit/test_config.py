@@ -84,16 +84,21 @@ def test_saved_config_loads_back_identically(tmp_path):
 def test_shipped_real_model_recipe_loads_and_points_where_make_puts_the_model():
     import re
 
-    from posttrain.recipes.pipeline import resolve
+    from posttrain.recipes.pipeline import eval_models, resolve, stage_outputs
 
     root = Path(__file__).resolve().parents[2]
     cfg = resolve(load_config(PipelineConfig, str(root / "configs" / "smollm2-rl.yaml"), []))
     smol = re.search(r"^SMOL \?= (\S+)$", (root / "Makefile").read_text(), re.M).group(1)
-    assert cfg.rl.model.path == smol and cfg.eval["base"].model == smol and cfg.rl.model.lora is not None
-    assert cfg.eval["rl"].model == str(Path(cfg.rl.out_dir) / "final")
+    assert cfg.rl.model.path == smol and cfg.rl.model.lora is not None
+    models = eval_models(cfg, stage_outputs(cfg))
+    assert models == [("start", smol), ("rl", str(Path(cfg.rl.out_dir) / "final"))]
     # training and every eval draw the trained domains from the same distribution, judged alike
     assert all(d.options == cfg.task_options[d.name] and d.verifiers == ["numeric"] for d in cfg.rl.tasks)
-    assert all(ev.task_options == cfg.task_options and ev.verifiers == ["numeric"] for ev in cfg.eval.values())
+    suites = cfg.eval.suites
+    assert all(s.task_options == cfg.task_options and s.verifiers == ["numeric"] for s in suites.values())
     trained = {d.name for d in cfg.rl.tasks}
-    regression = {spec.split(":")[0] for spec in cfg.eval["base"].tasks.split(",")} - trained
-    assert regression and cfg.eval["base"].tasks == cfg.eval["rl"].tasks
+    assert {item.split(":")[0] for item in suites["trained"].tasks} == trained
+    assert {item.split(":")[0] for item in suites["general"].tasks}.isdisjoint(trained)
+    # the regression gate runs during RL (with a rollback target) and on the final comparison
+    assert set(cfg.rl.eval.suites) == {"trained", "general"} and cfg.rl.eval.best_by == "trained"
+    assert [(g.suite, g.on_fail) for g in cfg.rl.eval.gates] == [("general", "rollback")]
