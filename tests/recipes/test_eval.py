@@ -33,7 +33,7 @@ if "ids_sum_even" not in VERIFIERS:
         return Score(float(sum(traj.token_ids) % 2 == 0), "ids_sum_even")
 
 TOP = {"model", "engine", "samples", "seed", "temperature", "top_p", "max_tokens", "tasks", "verifiers", "domains",
-       "overall"}
+       "overall", "label", "suite", "metrics", "per_task"}
 
 
 def _check(result, path, domains, samples):
