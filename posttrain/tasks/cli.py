@@ -1,10 +1,22 @@
-"""`posttrain tasks ...`: inspect task sources."""
+"""`posttrain tasks ...`: inspect task sources and build task sets from a user's data.
+
+    posttrain tasks list
+    posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
+"""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from posttrain.tasks.dedup import DEFAULT_NEAR_THRESHOLD
 
 app = typer.Typer(help="Inspect task sources and build task sets.", no_args_is_help=True)
+err = Console(stderr=True)
+EXAMPLES = 3  # duplicate / leaked rows shown under the summary
 
 
 @app.command("list")
@@ -15,3 +27,71 @@ def tasks_list() -> None:
 
     for name in registry.known_names():
         print(name)
+
+
+def failures_table(failures, dropped: bool = False) -> Table:
+    what = "dropped: their gold fails" if dropped else "whose gold fails"
+    table = Table(title=f"{len(failures)} rows {what} its verifier", title_justify="left")
+    table.add_column("row", style="bold")
+    table.add_column("why")
+    for f in failures:
+        table.add_row(f.row, f.reason)
+    return table
+
+
+def summary_table(report) -> Table:
+    dup, leak = report.count(report.duplicates, "exact"), report.count(report.leaks, "exact")
+    table = Table(title=f"task set {report.domain!r}: {report.kind}, verifier {report.verifier}",
+                  caption=f"-> {report.out}", title_justify="left", caption_justify="left")
+    table.add_column("")
+    table.add_column("rows", justify="right")
+    table.add_row("read", str(report.rows))
+    table.add_row("gold fails verifier (dropped)", str(len(report.failing)))
+    table.add_row("duplicates: exact", str(dup))
+    table.add_row("duplicates: near", str(len(report.duplicates) - dup))
+    table.add_row("leaked into eval (removed): exact", str(leak))
+    table.add_row("leaked into eval (removed): near", str(len(report.leaks) - leak))
+    table.add_row("[bold]train.jsonl", f"[bold]{report.train}")
+    table.add_row("[bold]eval.jsonl", f"[bold]{report.eval}")
+    return table
+
+
+def _examples(title: str, removed) -> None:
+    for r in removed[:EXAMPLES]:
+        err.print(f"  {title} {r.row} ({r.kind}, J={r.similarity:.2f}) repeats {r.of}: {r.text}", highlight=False)
+    if len(removed) > EXAMPLES:
+        err.print(f"  ... and {len(removed) - EXAMPLES} more (report.json)", highlight=False)
+
+
+@app.command("build")
+def tasks_build(
+    input_path: str = typer.Argument(..., metavar="INPUT", help="A .jsonl or .csv file (header row) of rows."),
+    kind: str = typer.Option(..., "--kind", help="qa: question, answer; code: prompt, solution, tests "
+                             "(or test + entry_point). Both: optional id, split (train|eval)."),
+    out: str = typer.Option(..., "--out", help="Directory for train.jsonl, eval.jsonl and report.json."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="qa: the verifier of every task (default exact; "
+                                           "e.g. numeric, math). code: always code."),
+    eval_fraction: float = typer.Option(0.1, "--eval-fraction", help="Rows drawn for eval when there is no split column."),
+    seed: int = typer.Option(0, "--seed", help="Seed of that draw."),
+    near_threshold: float = typer.Option(DEFAULT_NEAR_THRESHOLD, "--near-threshold",
+                                         help="Near duplicate: word 3-gram Jaccard at least this (1: same 3-grams)."),
+    domain: Optional[str] = typer.Option(None, "--domain", help="Domain and id prefix of the tasks (default: INPUT's stem)."),
+    drop_failing: bool = typer.Option(False, "--drop-failing", help="Drop rows whose gold fails (default: write nothing)."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
+) -> None:
+    """Build a validated task set: each row's gold must pass its verifier (code: its tests in the
+    sandbox); duplicates and train/eval leakage are removed and reported."""
+    from posttrain.tasks.build import BuildOptions, GoldError, build_tasks
+
+    opts = BuildOptions(kind=kind, verifier=verifier, eval_fraction=eval_fraction, seed=seed,
+                        near_threshold=near_threshold, domain=domain, drop_failing=drop_failing, force=force)
+    try:
+        report = build_tasks(input_path, out, opts)
+    except GoldError as e:
+        err.print(failures_table(e.failures))
+        raise
+    if report.failing:
+        err.print(failures_table(report.failing, dropped=True))
+    Console().print(summary_table(report))
+    _examples("duplicate", report.duplicates)
+    _examples("leak", report.leaks)
