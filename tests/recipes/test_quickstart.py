@@ -26,10 +26,11 @@ def test_quickstart_pipeline_builds_base_sft_rl_eval_report(tmp_path):
     # every stage left its outputs where the next one and the report read them
     for path in ("config.yaml", "base/model/config.json", "base/metrics.jsonl", "sft/final/model.safetensors",
                  "sft/metrics.jsonl", "rl/final/model.safetensors", "rl/metrics.jsonl", "rl/checkpoints",
-                 "eval/base.json", "eval/sft.json", "eval/rl.json", "eval/rl_sampled.json", "report.html"):
+                 "eval/held_out/base.json", "eval/held_out/sft.json", "eval/held_out/rl.json",
+                 "eval/held_out/compare.json", "eval/sampled/rl.json", "eval/sampled/compare.json", "report.html"):
         assert (run_dir / path).exists(), path
-    base = json.loads((run_dir / "eval" / "base.json").read_text())
-    sft = json.loads((run_dir / "eval" / "sft.json").read_text())
+    base = json.loads((run_dir / "eval" / "held_out" / "base.json").read_text())
+    sft = json.loads((run_dir / "eval" / "held_out" / "sft.json").read_text())
     assert set(sft["domains"]) == {"basic_arithmetic", "chain_sum"}
     assert all(d["n"] == 200 for d in sft["domains"].values())
     # SFT unlocks the base's latent skill: held-out pass@1 rises clearly (measured: 0.015 -> 0.145)
@@ -43,9 +44,18 @@ def test_quickstart_pipeline_builds_base_sft_rl_eval_report(tmp_path):
     rl_rows = [json.loads(line) for line in (run_dir / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert {"time/rollout", "time/verify", "time/update", "reward/chain_sum"} <= set(rl_rows[-1])
     assert sum("pass@1/basic_arithmetic" in r for r in rl_rows) >= 3
-    rl = json.loads((run_dir / "eval" / "rl.json").read_text())
+    rl = json.loads((run_dir / "eval" / "held_out" / "rl.json").read_text())
     # RL sharpens it further (measured: 0.32 -> 0.41 and 0.39 -> 0.45 with other base builds)
     assert rl["overall"]["pass@1"] >= sft["overall"]["pass@1"] + 0.02, (sft["overall"], rl["overall"])
+
+    # baseline first: each trained stage scored the in-loop suite before its first update
+    sft_first = json.loads((run_dir / "sft" / "metrics.jsonl").read_text().splitlines()[0])
+    assert sft_first["step"] == 0 and sft_first["suite/held_out/pass@1"] == pytest.approx(base["overall"]["pass@1"])
+    assert rl_rows[0]["step"] == 0 and "suite/held_out/pass@1" in rl_rows[0]
+    cmp = json.loads((run_dir / "eval" / "held_out" / "compare.json").read_text())
+    gain = next(d for d in cmp["deltas"] if (d["from"], d["to"], d["domain"]) == ("base", "sft", "overall"))
+    assert gain["significant"] and gain["delta"] > 0.05
+    assert [g["passed"] for g in cmp["gates"]] == [True]  # rl against base, 0.02 allowed
 
     html = (run_dir / "report.html").read_text()
     assert "pass@1" in html and html.count('<img src="data:image/png;base64,') >= 4
