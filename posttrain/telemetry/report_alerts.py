@@ -1,41 +1,48 @@
-"""The "Alerts" section of a stage in report.html: reward-hacking alerts read from RUN_DIR/alerts.jsonl
-(format: posttrain.verifiers.monitors), a count per kind and a table (step, kind, message).
+"""Alerts in report.html, read from a stage's alerts.jsonl (format: posttrain.verifiers.monitors):
+a count per kind near the top of the page (the headline), and the table (step, kind, message) in
+the stage's section.
 
-All text from the file is HTML-escaped (messages can quote completions); long messages are cut to
-MAX_MESSAGE_CHARS and at most MAX_ROWS alerts are listed (the most recent; the counts cover all).
+    render_alert_counts(alerts, "rl")   # '<h3 class="neg">Alerts (3) — rl</h3>' + kind, count, first/last step
+    render_alert_table(alerts)          # the last MAX_ROWS alerts, messages cut to MAX_MESSAGE_CHARS
+
+Both are "" when there are no alerts. All text from the file is HTML-escaped (messages can quote
+completions); the counts cover every alert.
 """
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from typing import Any
+
+from posttrain.telemetry.report_html import e
 
 MAX_ROWS = 200
 MAX_MESSAGE_CHARS = 600
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _rows(rows: list[list[Any]]) -> str:
-    return "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
 
 
-def render_alerts(alerts: list[dict]) -> str:
-    """HTML of the alerts section; "" when there are none."""
+def render_alert_counts(alerts: list[dict], stage: str) -> str:
     if not alerts:
         return ""
     counts = Counter(str(a.get("kind", "?")) for a in alerts)
-    out = [f'<h3 class="neg">Alerts ({len(alerts)})</h3>',
+    out = [f'<h3 class="neg">Alerts ({len(alerts)}) — {e(stage)}</h3>',
            "<table><thead><tr><th>kind</th><th>alerts</th><th>first step</th><th>last step</th></tr></thead><tbody>"]
     for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         steps = [a.get("step") for a in alerts if str(a.get("kind", "?")) == kind]
         steps = [s for s in steps if isinstance(s, int)]
         out.append(_rows([[kind, n, min(steps) if steps else "–", max(steps) if steps else "–"]]))
     out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def render_alert_table(alerts: list[dict]) -> str:
+    if not alerts:
+        return ""
     shown = alerts[-MAX_ROWS:]
+    out = [f'<h4 class="neg">Alerts ({len(alerts)})</h4>']
     if len(shown) < len(alerts):
         out.append(f'<p class="note">Showing the last {len(shown)} of {len(alerts)} alerts.</p>')
     rows = []

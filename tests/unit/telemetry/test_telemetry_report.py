@@ -1,10 +1,13 @@
-"""write_report: a fake pipeline run (real MetricsLogger output, eval JSONs) rendered to one self-contained page."""
+"""write_report: fake pipeline runs (real MetricsLogger output, loose eval JSONs, a suite comparison with
+compare.json) rendered to one self-contained page: headline, curves, evals, stages, the full dump."""
 
 from __future__ import annotations
 
 import base64
+import html as html_lib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -16,7 +19,12 @@ from posttrain.config import BaseConfig, PipelineConfig, SFTConfig, save_config
 from posttrain.errors import PosttrainError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.plots import grouped_bar_plot, line_plot
-from posttrain.telemetry.report import group_metrics, write_report
+from posttrain.telemetry.report import write_report
+from posttrain.telemetry.report_curves import curve_groups
+from posttrain.telemetry.report_dump import group_metrics
+from posttrain.telemetry.report_evals import EXTRA_TABLES
+from posttrain.telemetry.report_metrics import thin
+from tests.unit.telemetry.report_fixtures import suite_run
 
 IMG = '<img src="data:image/png;base64,'
 
@@ -85,7 +93,8 @@ def _rows(html: str, first_cell: str) -> list[list[str]]:
     return out
 
 
-def test_pipeline_report(pipeline_run):
+def test_pipeline_report_with_loose_evals(pipeline_run):
+    """Old-style evals (eval/NAME.json, no compare.json) render as before: a table each, a comparison."""
     path = write_report(pipeline_run)
     assert path == pipeline_run.resolve() / "report.html"
     html = path.read_text()
@@ -93,22 +102,26 @@ def test_pipeline_report(pipeline_run):
     assert not re.search(r'(src|href)="(?!data:)', html) and "<script" not in html and "<link" not in html
     assert "data/&lt;script&gt;alert(1)&lt;/script&gt;.jsonl" in html
     assert "<title>posttrain report — quick&lt;run&gt;</title>" in html
+    assert re.findall(r"<h2>(.*?)</h2>", html) == ["Headline", "Curves that matter", "Evaluations", "Stages",
+                                                   "All metrics"]
+    assert "No suite comparison in this run" in html  # the headline says it has no significance tests
     # stages in pipeline order, each with its resolved config
-    assert re.findall(r"<h2>(.*?)</h2>", html) == [
-        "Config: quick&lt;run&gt;", "Stage: base", "Stage: sft", "Evaluations"]
+    assert re.findall(r"<h3>((?:Stage|Config): .*?)</h3>", html) == ["Config: quick&lt;run&gt;", "Stage: base",
+                                                                      "Stage: sft"]
     assert html.count("<summary>Resolved config</summary>") == 3
     assert "row_tokens: 512" in html and "corpus_examples: 20000" in html
-    # curves: base 3 + sft 4 + comparison bar chart 1
-    assert html.count(IMG) == 8
     parser = _TagCounter()
     parser.feed(html)
-    assert len(parser.imgs) == 8
     for src in parser.imgs:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     for tag in ("table", "details", "div", "h2", "h3", "tr", "td"):
         assert parser.opened.get(tag) == parser.closed.get(tag), tag
     alts = re.findall(r'<img src="data:[^"]+" alt="([^"]*)"', html)
-    assert alts == ["loss", "lr", "tokens_per_s", "loss", "reward", "lr", "grad_norm", "pass@1 by domain"]
+    assert len(alts) == len(parser.imgs)
+    assert alts == ["base: loss", "sft: loss", "sft: reward",  # curves that matter
+                    "pass@1 by domain",  # the loose evals' comparison
+                    "base: loss", "base: lr", "base: tokens_per_s",  # the dump: every key, one-off ones too
+                    "sft: loss", "sft: reward", "sft: lr", "sft: grad_norm", "sft: loss_tokens", "sft: train_examples"]
     # summary table of the sft stage: NaN logged as null is skipped, last values are right
     assert _rows(html, "grad_norm") == [["grad_norm", "0.5", "0.5", "0.5", "29"]]
     assert _rows(html, "eval_loss") == [["eval_loss", "0.0833", "0.0833", "0.25", "3"]]
@@ -129,23 +142,132 @@ def test_pipeline_report(pipeline_run):
     assert "model: runs/base, samples: 4, seed: 1000000" in html
 
 
-def test_single_stage_and_many_metrics(tmp_path):
+@pytest.fixture(scope="module")
+def suite_html(tmp_path_factory):
+    """The report of report_fixtures.suite_run, rl's eval JSON carrying extra tables (fake renderers)."""
+    mp = pytest.MonkeyPatch()
+    mp.setitem(EXTRA_TABLES, "long_context", f"{__name__}:fake_long_context")
+    mp.setitem(EXTRA_TABLES, "safety", f"{__name__}:fake_safety")
+    extra = {"rl": {"long_context": {"cells": "<needle>"}, "safety": {"refusal": 0.9}}}
+    try:
+        return write_report(suite_run(tmp_path_factory.mktemp("suite") / "run", extra)).read_text()
+    finally:
+        mp.undo()
+
+
+def fake_long_context(data: dict) -> str:
+    return f'<p class="fake">heatmap of {html_lib.escape(data["cells"])}</p>'
+
+
+def fake_safety(data: dict) -> str:
+    return f'<p class="fake">refusal {data["refusal"]}</p>'
+
+
+def _section(html: str, title: str) -> str:
+    """From the <h2> titled `title` to the next <h2>."""
+    start = html.index(f"<h2>{title}</h2>")
+    nxt = html.find("<h2>", start + 1)
+    return html[start:nxt if nxt >= 0 else len(html)]
+
+
+def test_headline_leads_with_deltas_and_significance(suite_html):
+    assert re.findall(r"<h2>(.*?)</h2>", suite_html) == ["Headline", "Curves that matter", "Evaluations", "Stages",
+                                                         "All metrics"]
+    head = _section(suite_html, "Headline")
+    table = re.search(r'<table class="headline">.*?</table>', head).group(0)
+    assert re.findall(r"<th>(.*?)</th>", table) == ["model", "n", "pass@1 [95% CI]", "Δ pass@1 vs previous",
+                                                    "pass@8 [95% CI]", "Δ pass@8 vs previous"]
+    assert _rows(table, "base") == [["base", "200", "0.3 [0.25, 0.35]", "–", "0.55 [0.5, 0.6]", "–"]]
+    assert _rows(table, "sft") == [["sft", "200", "0.42 [0.37, 0.47]", "+0.120 (p=0.003, significant)",
+                                    "0.66 [0.61, 0.71]", "+0.110 (p&lt;0.001, significant)"]]
+    assert _rows(table, "rl") == [["rl", "200", "0.45 [0.4, 0.5]", "+0.030 (p=0.410, not significant)",
+                                   "0.64 [0.59, 0.69]", "-0.020 (p=0.600, not significant)"]]
+    assert '<span class="pos">+0.120</span>' in table and '<span class="pos">+0.030</span>' not in table
+    # per domain: each model's pass@1 with its interval, and both deltas
+    assert _rows(head, "gcd") == [["gcd", "0.2 [0.15, 0.25]", "0.4 [0.35, 0.45]", "0.5 [0.45, 0.55]",
+                                   "+0.200 (p=0.001, significant)", "+0.100 (p=0.040, significant)"]]
+    assert _rows(head, "chain&lt;sum&gt;")[0][-1] == "-0.040 (p=0.450, not significant)"
+    assert "<th>Δ sft − base</th><th>Δ rl − sft</th>" in head
+
+
+def test_gates_failed_in_red_and_alert_counts(suite_html):
+    head = _section(suite_html, "Headline")
+    assert '<h3 class="neg">Gates: 2 of 3 failed</h3>' in head
+    rows = re.findall(r"<tr>(<td><span class=\"(?:pass|fail)\">.*?)</tr>", head)
+    assert len(rows) == 3
+    assert rows[0].startswith('<td><span class="pass">passed</span></td><td>suite general</td><td>general/pass@1')
+    assert rows[1].startswith('<td><span class="fail">FAILED</span></td><td>suite general</td><td>chain/pass@1</td>'
+                              "<td>rl</td><td>sft</td><td>chain&lt;sum&gt;</td>")
+    assert rows[2].startswith('<td><span class="fail">FAILED</span></td><td>rl (training, step 6)</td>'
+                              "<td>mid/pass@1</td><td>step 6</td><td>step 0</td>")
+    assert ".fail{color:#fff;background:#c00" in suite_html  # failed is drawn red
+    assert "Alerts (1) — rl" in head and "<td>gate</td><td>1</td><td>6</td><td>6</td>" in head
+    assert "<td>6</td><td>gate</td><td>gate mid/pass@1 failed: 0.380 at step 6</td>" in _section(suite_html, "Stages")
+
+
+def test_curves_that_matter_only_those_logged(suite_html):
+    curves = _section(suite_html, "Curves that matter")
+    assert re.findall(r'alt="([^"]*)"', curves) == [
+        "sft: loss", "rl: loss", "rl: reward", "rl: held-out pass@1 per domain (in-loop)",
+        "rl: suite general: pass@1 (in-loop)", "rl: KL", "rl: entropy", "rl: completion length", "rl: temperature",
+        "rl: replay share", "rl: verifier agreement", "rl: verifier disagreement per domain"]
+
+
+def test_dump_plots_every_key_folded(suite_html):
+    dump = _section(suite_html, "All metrics")
+    assert dump.index("<details><summary>") < dump.index("<img") and dump.rstrip().endswith("</details>\n</body></html>")
+    alts = re.findall(r'alt="([^"]*)"', dump)
+    assert {"sft: epoch", "rl: epoch", "rl: threads", "sft: train_examples", "rl: time", "rl: replay",
+            "rl: suite/general/pass@1", "rl: verify/agreement"} <= set(alts)
+    assert len(alts) == len(set(alts)) == 4 + 15  # every group of every stage, nothing capped
+    assert "Not plotted" not in suite_html
+    assert _rows(dump, "threads") == [["threads", "2", "2", "2", "13"]]
+
+
+def test_eval_section_per_suite_with_extra_tables(suite_html):
+    evals = _section(suite_html, "Evaluations")
+    assert re.findall(r"<h3>(.*?)</h3>", evals) == [
+        "Suite general: deltas between consecutive models", "Eval: general/base", "Eval: general/sft",
+        "Eval: general/rl", "Long context: general/rl", "Safety: general/rl"]
+    assert '<p class="fake">heatmap of &lt;needle&gt;</p>' in evals and '<p class="fake">refusal 0.9</p>' in evals
+    assert _rows(evals, "base → sft")[0] == ["base → sft", "overall", "pass@1", "+0.120", "p=0.003", "yes",
+                                             "paired_bootstrap", "200"]
+    assert _rows(evals, "gcd")[-1] == ["gcd", "100", "0.5", "[0.45, 0.55]", "0.7", "[0.65, 0.75]", "30", "0"]
+    assert "per_task" not in suite_html  # the paired-test data is not a table
+
+
+def test_suite_with_an_unreadable_model_file(tmp_path):
+    run = suite_run(tmp_path / "run")
+    for stage in ("sft", "rl"):
+        shutil.rmtree(run / stage)  # evals only: fast
+    (run / "eval" / "general" / "sft.json").write_text("{torn")
+    html = write_report(run).read_text()
+    assert "Unreadable eval files named in compare.json: sft.json" in html
+    table = re.search(r'<table class="headline">.*?</table>', html).group(0)
+    assert _rows(table, "sft") == [["sft", "–", "–", "+0.120 (p=0.003, significant)", "–",
+                                    "+0.110 (p&lt;0.001, significant)"]]
+    assert "Eval: sft" not in html  # a torn file in a suite folder is not a loose eval either
+
+
+def test_single_stage_plots_every_metric(tmp_path):
     run = tmp_path / "stage"
     with MetricsLogger(run, tensorboard=False) as log:
         for s in range(3):
             log.log(s, {f"m{i:02d}": float(i + s) for i in range(15)} | {"pass@1/a": 0.1, "pass@1/b": 0.2})
     html = write_report(run).read_text()
-    assert re.findall(r"<h2>Stage: (.*?)</h2>", html) == ["stage"]
-    assert html.count(IMG) == 12  # capped; pass@1/a and pass@1/b share one plot, ranked first
-    assert re.findall(r'alt="([^"]*)"', html)[0] == "pass@1"
-    assert "Not plotted (over 12 plots; see the table): m11, m12, m13, m14" in html
-    assert len(_rows(html, "m14")) == 1  # still in the summary table
+    assert re.findall(r"<h3>Stage: (.*?)</h3>", html) == ["stage"]
+    assert "<h2>Headline</h2>" in html and "Alerts (" not in html
+    dump = re.findall(r'alt="stage: ([^"]*)"', html[html.index("<h2>All metrics</h2>"):])
+    assert dump == ["pass@1"] + [f"m{i:02d}" for i in range(15)]  # pass@1/a and /b share one plot, ranked first
+    assert re.findall(r'alt="([^"]*)"', html)[0] == "stage: held-out pass@1 per domain (in-loop)"
+    assert len(_rows(html, "m14")) == 1  # and in the summary table
 
 
 def test_eval_only_dir_and_errors(tmp_path):
     _eval_json(tmp_path / "evals" / "one.json", {"a": 0.5}, "m")
     html = write_report(tmp_path / "evals").read_text()
     assert html.count(IMG) == 0 and _rows(html, "a") == [["a", "50", "0.5", "0.6", "20.5"]]
+    assert re.findall(r"<h2>(.*?)</h2>", html) == ["Headline", "Evaluations"]
     with pytest.raises(PosttrainError, match=r"run directory .*nope does not exist"):
         write_report(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
@@ -155,11 +277,21 @@ def test_eval_only_dir_and_errors(tmp_path):
 
 def test_grouping_rules():
     keys = ["lr", "loss", "eval_loss", "reward/a", "reward/b", "time/rollout", "time/update", "zeta", "eval_acc",
-            "loss_tokens", "pass@4/x"]
+            "loss_tokens", "pass@4/x", "suite/g/pass@1", "suite/g/pass@1/a", "suite/g/pass@1/b", "suite/g/pass@8"]
     assert group_metrics(keys) == [
         ("loss", ["loss", "eval_loss"]), ("pass@4", ["pass@4/x"]), ("reward", ["reward/a", "reward/b"]),
         ("eval_acc", ["eval_acc"]), ("lr", ["lr"]), ("time", ["time/rollout", "time/update"]),
-        ("loss_tokens", ["loss_tokens"]), ("zeta", ["zeta"])]
+        ("loss_tokens", ["loss_tokens"]),
+        ("suite/g", ["suite/g/pass@8"]),  # a key that others extend heads its own group
+        ("suite/g/pass@1", ["suite/g/pass@1", "suite/g/pass@1/a", "suite/g/pass@1/b"]), ("zeta", ["zeta"])]
+
+
+def test_curve_groups_split_by_suite_and_metric():
+    keys = ["suite/a/pass@1", "suite/a/pass@1/x", "suite/b/pass@8/x", "suite/b/pass@8", "kl", "mismatch/kl",
+            "reward/x", "reward", "lr"]
+    assert curve_groups(keys) == [
+        ("reward", ["reward", "reward/x"]), ("suite a: pass@1 (in-loop)", ["suite/a/pass@1", "suite/a/pass@1/x"]),
+        ("suite b: pass@8 (in-loop)", ["suite/b/pass@8", "suite/b/pass@8/x"]), ("KL", ["kl", "mismatch/kl"])]
 
 
 def test_plot_helpers_make_pngs():
@@ -181,7 +313,6 @@ def test_cli_report(pipeline_run, tmp_path):
 
 
 def test_thin_keeps_ends_and_bounds_points():
-    from posttrain.telemetry.report import thin
 
     xs = list(range(10_001))
     tx, ty = thin(xs, xs, max_points=2000)
