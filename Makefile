@@ -1,7 +1,7 @@
 # posttrain: `make demo` runs the quickstart pipeline, `make test` runs the tests.
 # Both do all their own set-up: a virtual environment in .venv, torch (the CPU build on
 # machines without CUDA), the package with its dev extras, and the Debian packages the
-# sandbox needs (bubblewrap).
+# sandbox needs (bubblewrap) and the report's browser test (chromium).
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	@touch $(STAMP)
 
-# bubblewrap isolates the sandbox; installed with apt-get when missing and we are root.
+# bubblewrap isolates the sandbox; chromium renders report.html in its browser test
+# (tests/unit/telemetry/test_report_browser.py). Installed with apt-get when missing and we are root.
 sysdeps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -31,6 +32,13 @@ sysdeps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 		else \
 			echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap'"; exit 1; \
+		fi; }
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing chromium"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "chromium is missing (the report's browser test will skip): run 'sudo apt-get install chromium'"; \
 		fi; }
 
 demo: setup
