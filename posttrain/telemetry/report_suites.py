@@ -52,8 +52,11 @@ class Suite:
 
     @property
     def metrics(self) -> list[str]:
-        metrics = self.compare.get("metrics")
-        return [str(m) for m in metrics] if isinstance(metrics, list) and metrics else ["pass@1"]
+        """compare.json's metrics, else the first model's eval JSON's, else pass@1."""
+        for metrics in [self.compare.get("metrics")] + [ev.get("metrics") for ev in self.evals.values()]:
+            if isinstance(metrics, list) and metrics:
+                return [str(m) for m in metrics]
+        return ["pass@1"]
 
     @property
     def gates(self) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from posttrain.telemetry.report_curves import curve_groups
 from posttrain.telemetry.report_dump import group_metrics
 from posttrain.telemetry.report_evals import EXTRA_TABLES
 from posttrain.telemetry.report_metrics import thin
-from tests.unit.telemetry.report_fixtures import suite_run
+from tests.unit.telemetry.report_fixtures import eval_doc, suite_run
 
 IMG = '<img src="data:image/png;base64,'
 
@@ -247,6 +247,18 @@ def test_suite_with_an_unreadable_model_file(tmp_path):
     assert _rows(table, "sft") == [["sft", "–", "–", "+0.120 (p=0.003, significant)", "–",
                                     "+0.110 (p&lt;0.001, significant)"]]
     assert "Eval: sft" not in html  # a torn file in a suite folder is not a loose eval either
+
+
+def test_one_model_suite_takes_metrics_from_its_eval(tmp_path):
+    suite = tmp_path / "eval" / "sampled"
+    suite.mkdir(parents=True)
+    (suite / "rl.json").write_text(json.dumps(eval_doc("rl")))
+    (suite / "compare.json").write_text(json.dumps({"suite": "sampled", "models": [{"label": "rl", "file": "rl.json"}],
+                                                    "deltas": [], "gates": []}))  # no "metrics" key
+    html = write_report(tmp_path).read_text()
+    table = re.search(r'<table class="headline">.*?</table>', html).group(0)
+    assert _rows(table, "rl") == [["rl", "200", "0.45 [0.4, 0.5]", "–", "0.64 [0.59, 0.69]", "–"]]
+    assert "Gates:" not in html and "compare.json lists no deltas." in html
 
 
 def test_single_stage_plots_every_metric(tmp_path):
