@@ -1,0 +1,51 @@
+"""The `needle` verifier of the long-context probes (posttrain/tasks/longctx.py): the hidden values,
+read from the reply's answer line, in order.
+
+    Score(1.0)  "... so the number is 4829174.\\nAnswer: 4829174"         gold ["4829174"]
+    Score(0.0)  "I saw 4829174 in the text.\\nAnswer: 1234567"            (the answer line decides)
+    Score(0.0)  "Answer: 4829174, 1234567"                               (more numbers than asked)
+    Score(2/3)  "Answer: 4829174, 5550001, 7777777"                      gold ["4829174", "5550001", "1212121"]
+
+The answer line is the first non-empty line after the reply's last `Answer:` (else the reply's last
+non-empty line, as every posttrain verifier reads it). Its numbers (runs of digits) are compared
+with `reference["values"]` position by position: the score is the fraction of values in their
+place, and 0 when the line holds more numbers than values (listing candidates is guessing). A
+sample passes (score 1) only with every value exactly, in order, and nothing else numeric.
+"""
+
+from __future__ import annotations
+
+import re
+
+from posttrain.tasks.reasoning_gym import ANSWER_TAG
+from posttrain.types import Score, Task, Trajectory
+from posttrain.verifiers.registry import register
+
+_DIGITS = re.compile(r"\d+")
+
+
+def answer_line(completion: str) -> str:
+    """The first non-empty line after the last `Answer:`, else the last non-empty line, else ''."""
+    head, tag, tail = completion.rpartition(ANSWER_TAG)
+    lines = [line.strip() for line in (tail if tag else completion).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] if tag else lines[-1]
+
+
+def needle_score(gold: list[str], completion: str) -> tuple[float, list[str]]:
+    """(score, the numbers found on the answer line); see the module docstring."""
+    found = _DIGITS.findall(answer_line(completion))
+    if not gold or len(found) > len(gold):
+        return 0.0, found
+    return sum(a == b for a, b in zip(found, gold)) / len(gold), found
+
+
+@register("needle")
+def needle(task: Task, traj: Trajectory) -> Score | None:
+    ref = task.reference
+    values = ref.get("values") if isinstance(ref, dict) else None
+    if not values:
+        return None
+    value, found = needle_score([str(v) for v in values], traj.text)
+    return Score(value, "needle", {"answer": found[:20]})
