@@ -26,14 +26,16 @@ Sizing: a source has no tokenizer, so the prompt is sized in characters: FILL x 
 TEMPLATE_TOKENS for the chat template's own text, less the question and facts at FIXED_CHARS_PER_TOKEN,
 leave the filler's characters at FILLER_CHARS_PER_TOKEN. Measured with SmolLM2's tokenizer the rendered
 prompt is 89-93% of the nominal length from 1024 tokens up (8192 -> ~7600 tokens; 300 -> 82-90%),
-never above it, leaving room for the MAX_NEW_TOKENS answer under SmolLM2's 8192 positions; the eval
+never above it, leaving room for the answer (`answer_tokens`) under SmolLM2's 8192 positions; the eval
 records each prompt's real token count (SampleRecord.prompt_tokens). A tokenizer that packs English
 less densely (the tiny test tokenizer) gives prompts longer than nominal.
 
-Each Task: `reference = {"answer": "v1, v2", "values": ["v1", "v2"]}`, `verifiers = ("needle",)`,
-`limits.max_new_tokens = MAX_NEW_TOKENS`, `metadata = {"source": "longctx", "variant": SOURCE,
-"length": L, "depth": d, "needle_depths": [where each answer fact starts, as a fraction of the
-document]}`. The prompt asks for the last line `Answer: <number>` (comma-separated for several).
+Each Task: `id = "SOURCE/LENGTH/DEPTH/SEED+i"`, `reference = {"answer": "v1, v2", "values": ["v1", "v2"]}`,
+`verifiers = ("needle",)`, `limits.max_new_tokens = answer_tokens(values)` (48 for one value, 20 more
+per further one: small models answer in a sentence per value), `metadata = {"source": "longctx",
+"variant": SOURCE, "length": L, "depth": d, "needle_depths": [where each answer fact starts, as a
+fraction of the document]}`. The prompt asks for the last line `Answer: <number>` (comma-separated
+for several).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ FILLER_CHARS_PER_TOKEN = 4.7  # SmolLM2's tokenizer on the filler: 4.8-4.9 (a ma
 FIXED_CHARS_PER_TOKEN = 3.2  # on the question, format line and facts (digits are one token each): 3.2-3.7
 TEMPLATE_TOKENS = 32  # the chat template's own tokens (SmolLM2: 30, a default system prompt and role tags)
 MIN_FILLER_CHARS = 200
-MAX_NEW_TOKENS = 48
+ANSWER_TOKENS = (28, 20)  # a task's max_new_tokens: 28 + 20 per value (48 for one; a sentence per value)
 
 KEY_COLOURS = ("amber", "cobalt", "crimson", "ivory", "jade", "scarlet", "saffron", "indigo", "copper",
                "silver", "violet", "emerald", "turquoise", "maroon", "ochre", "teal")
@@ -132,6 +134,13 @@ def multihop_probe(rng: random.Random, depth: float) -> Probe:
                  f"What is the access code of the wing where {person}'s office is?", "some facts")
 
 
+PROBES = {  # source -> (rng, depth, keys) -> Probe
+    "needle": lambda rng, depth, keys: needle_probe(rng, depth),
+    "needle_multi": multi_probe,
+    "needle_multihop": lambda rng, depth, keys: multihop_probe(rng, depth),
+}
+
+
 def frame(probe: Probe, document: str) -> str:
     """The user message: intro, the document, the question and the answer format."""
     k = len(probe.values)
@@ -142,8 +151,8 @@ def frame(probe: Probe, document: str) -> str:
 
 def haystack(rng: random.Random, probe: Probe, length: int, where: str) -> tuple[str, list[float]]:
     """The document for `probe` at nominal `length` tokens, and where each answer fact starts (fraction)."""
-    hidden = [(f, d, True) for f, d in zip(probe.facts, probe.depths)] + [(f, d, False) for f, d in probe.others]
-    fixed = len(frame(probe, "")) + sum(len(f) + 2 for f, _, _ in hidden)
+    hidden = list(zip(probe.facts, probe.depths)) + list(probe.others)
+    fixed = len(frame(probe, "")) + sum(len(f) + 2 for f, _ in hidden)
     chars = int((FILL * length - TEMPLATE_TOKENS - fixed / FIXED_CHARS_PER_TOKEN) * FILLER_CHARS_PER_TOKEN)
     if chars < MIN_FILLER_CHARS:
         least = math.ceil((MIN_FILLER_CHARS / FILLER_CHARS_PER_TOKEN + fixed / FIXED_CHARS_PER_TOKEN
@@ -155,14 +164,17 @@ def haystack(rng: random.Random, probe: Probe, length: int, where: str) -> tuple
     for u in units:
         starts.append(starts[-1] + len(u) + 1)
     # each fact goes in front of the filler sentence nearest its depth (stable for equal slots)
-    slots = [min(range(len(starts)), key=lambda b: abs(starts[b] - d * starts[-1])) for _, d, _ in hidden]
-    order = sorted(range(len(hidden)), key=lambda i: (slots[i], i))
-    merged: list[tuple[str, bool]] = [(u, False) for u in units]
-    for i in reversed(order):
-        merged.insert(slots[i], (hidden[i][0], hidden[i][2]))
-    text = filler.join(rng, [u for u, _ in merged])
+    slots = [min(range(len(starts)), key=lambda b: abs(starts[b] - d * starts[-1])) for _, d in hidden]
+    merged = list(units)
+    for i in sorted(range(len(hidden)), key=lambda i: (slots[i], i), reverse=True):
+        merged.insert(slots[i], hidden[i][0])
+    text = filler.join(rng, merged)
     found = [text.index(f) / max(1, len(text)) for f in probe.facts]
     return text, found
+
+
+def answer_tokens(values: int) -> int:
+    return ANSWER_TOKENS[0] + ANSWER_TOKENS[1] * values
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> tuple[list[int], list[float], int]:
@@ -194,14 +206,13 @@ def make_probe_tasks(name: str, n: int | None, seed: int, options: Mapping[str, 
     for i in range(len(cells) if n is None else n):
         length, depth = cells[i % len(cells)]
         rng = random.Random(f"{name}:{seed + i}")
-        probe = (needle_probe(rng, depth) if name == "needle" else multi_probe(rng, depth, keys)
-                 if name == "needle_multi" else multihop_probe(rng, depth))
+        probe = PROBES[name](rng, depth, keys)
         document, found = haystack(rng, probe, length, name)
         tasks.append(Task(
-            id=f"{name}/{seed + i}", domain=name,
+            id=f"{name}/{length}/{depth:g}/{seed + i}", domain=name,
             prompt=({"role": "user", "content": frame(probe, document)},),
             reference={"answer": ", ".join(probe.values), "values": list(probe.values)},
-            verifiers=("needle",), limits=Limits(max_new_tokens=MAX_NEW_TOKENS),
+            verifiers=("needle",), limits=Limits(max_new_tokens=answer_tokens(len(probe.values))),
             metadata={"source": "longctx", "variant": name, "length": length, "depth": depth,
                       "needle_depths": [round(f, 4) for f in found]},
         ))

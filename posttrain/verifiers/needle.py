@@ -6,11 +6,13 @@ read from the reply's answer line, in order.
     Score(0.0)  "Answer: 4829174, 1234567"                               (more numbers than asked)
     Score(2/3)  "Answer: 4829174, 5550001, 7777777"                      gold ["4829174", "5550001", "1212121"]
 
-The answer line is the first non-empty line after the reply's last `Answer:` (else the reply's last
-non-empty line, as every posttrain verifier reads it). Its numbers (runs of digits) are compared
-with `reference["values"]` position by position: the score is the fraction of values in their
-place, and 0 when the line holds more numbers than values (listing candidates is guessing). A
-sample passes (score 1) only with every value exactly, in order, and nothing else numeric.
+The answer is the first non-empty line after the reply's last `Answer:`, else the whole reply (a
+small model often answers "The secret number of the amber compass is 4829174." without the tag,
+over several lines when there are several values; the probe measures recall, not the format). Its
+numbers (runs of digits) are compared with `reference["values"]` position by position: the score
+is the fraction of values in their place, and 0 when the answer holds more numbers than values
+(listing candidates is guessing). A sample passes (score 1) only with every value exactly, in
+order, and nothing else numeric.
 """
 
 from __future__ import annotations
@@ -24,18 +26,17 @@ from posttrain.verifiers.registry import register
 _DIGITS = re.compile(r"\d+")
 
 
-def answer_line(completion: str) -> str:
-    """The first non-empty line after the last `Answer:`, else the last non-empty line, else ''."""
-    head, tag, tail = completion.rpartition(ANSWER_TAG)
-    lines = [line.strip() for line in (tail if tag else completion).splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return lines[0] if tag else lines[-1]
+def answer_text(completion: str) -> str:
+    """The first non-empty line after the last `Answer:` ('' if none), else the whole completion."""
+    _, tag, tail = completion.rpartition(ANSWER_TAG)
+    if not tag:
+        return completion
+    return next((line.strip() for line in tail.splitlines() if line.strip()), "")
 
 
 def needle_score(gold: list[str], completion: str) -> tuple[float, list[str]]:
-    """(score, the numbers found on the answer line); see the module docstring."""
-    found = _DIGITS.findall(answer_line(completion))
+    """(score, the numbers found in the answer); see the module docstring."""
+    found = _DIGITS.findall(answer_text(completion))
     if not gold or len(found) > len(gold):
         return 0.0, found
     return sum(a == b for a, b in zip(found, gold)) / len(gold), found

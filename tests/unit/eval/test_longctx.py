@@ -44,8 +44,9 @@ def test_generation_is_deterministic_and_round_robin_over_cells():
     assert cells[:6] == [(1024, 0.0), (1024, 0.5), (1024, 1.0), (2048, 0.0), (2048, 0.5), (2048, 1.0)]
     assert cells[6:] == cells[:6]  # every cell twice
     assert len({t.id for t in a}) == 12 and all(is_source(v) for v in longctx.VARIANTS)
+    assert a[4].id == "needle/2048/0.5/9"  # source/length/depth/seed + i
     for t in a:
-        assert t.domain == "needle" and t.verifiers == ("needle",) and t.limits.max_new_tokens <= 48
+        assert t.domain == "needle" and t.verifiers == ("needle",) and t.limits.max_new_tokens == 48
         assert t.metadata["source"] == "longctx" and t.metadata["variant"] == "needle"
         [value] = t.reference["values"]
         assert re.fullmatch(r"[1-9]\d{6}", value) and t.prompt[0]["content"].count(value) == 1
@@ -88,6 +89,7 @@ def test_options_are_validated():
         make_source_tasks("needle", 2, 0, {"lengths": [100]})
     multi = make_source_tasks("needle_multi", 1, 0, {"keys": 5, "lengths": [1024]})[0]
     assert len(multi.reference["values"]) == 5 and multi.prompt[0]["content"].count("<number>") == 5
+    assert multi.limits.max_new_tokens == 48 + 4 * 20  # room for a sentence per value
 
 
 @pytest.mark.skipif(not (SMOLLM2 / "tokenizer.json").is_file(), reason="SmolLM2 not converted (posttrain models get)")
@@ -99,8 +101,8 @@ def test_prompts_stay_below_the_nominal_length_in_smollm2_tokens():
     tok = AutoTokenizer.from_pretrained(SMOLLM2)
     for variant in longctx.VARIANTS:
         for t in make_source_tasks(variant, 4, 0, {"lengths": [1024, 8192], "depths": [0.0, 1.0]}):
-            ratio = len(prompt_ids(tok, t)) / t.metadata["length"]
-            assert 0.85 <= ratio and len(prompt_ids(tok, t)) + t.limits.max_new_tokens < t.metadata["length"]
+            tokens = len(prompt_ids(tok, t))
+            assert 0.85 * t.metadata["length"] <= tokens < t.metadata["length"] - t.limits.max_new_tokens
 
 
 # ---- the verifier
@@ -111,7 +113,8 @@ def test_needle_verifier_reads_only_the_answer_line():
     v = t.reference["values"][0]
     assert reply(t, f"The number is {v}.\nAnswer: {v}") == 1.0
     assert reply(t, f"Answer: {v}.\nI hope that helps with 42 things.") == 1.0  # the first line after Answer:
-    assert reply(t, f"The secret number is {v}.") == 1.0  # no Answer line: the last line, as everywhere
+    assert reply(t, f"The secret number\nof the key is {v}.") == 1.0  # no Answer line: the whole reply
+    assert reply(t, f"It is not 1234567; the secret number is {v}.") == 0.0
     assert reply(t, f"I saw {v} in the text.\nAnswer: 1234567") == 0.0  # the value, but a wrong answer line
     assert reply(t, f"Answer: 1234567, {v}, 7654321, 1111111") == 0.0  # listing candidates
     assert reply(t, f"Answer: {v}0") == 0.0 and reply(t, "Answer: " + v[:-1]) == 0.0
@@ -126,6 +129,7 @@ def test_needle_verifier_multi_is_a_fraction_and_passes_only_with_all():
     assert reply(t, f"Answer: {a}, {b}") == pytest.approx(2 / 3)
     assert reply(t, f"Answer: {c}, {a}, {b}") == 0.0  # the right numbers for the wrong keys
     assert reply(t, f"Answer: {a}, {b}, {c}, 1234567") == 0.0
+    assert reply(t, f"The first is {a}.\nThe second is {b}.\nThe third is {c}.") == 1.0  # untagged, in order
     [hop] = make_source_tasks("needle_multihop", 1, 3, {"lengths": [1024], "depths": [0.5]})
     gold = hop.reference["values"][0]
     decoy = [x for x in re.findall(r"wing is (\d+)", document(hop)) if x != gold]
