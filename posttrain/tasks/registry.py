@@ -32,7 +32,7 @@ from posttrain.types import Task
 SourceFn = Callable[[int | None, int, Mapping[str, Any]], list[Task]]
 
 # modules whose import registers sources (and groups)
-BUILTIN_MODULES = ["posttrain.tasks.humaneval", "posttrain.tasks.longctx"]
+BUILTIN_MODULES = ["posttrain.tasks.humaneval", "posttrain.tasks.longctx", "posttrain.eval.redteam"]
 
 
 @dataclass(frozen=True)

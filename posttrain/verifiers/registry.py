@@ -134,7 +134,7 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 
 def _load_builtins() -> None:
     # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length; math
-    from posttrain.verifiers import basic, code, format, math, needle  # noqa: F401
+    from posttrain.verifiers import basic, code, format, math, needle, safety  # noqa: F401
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:
