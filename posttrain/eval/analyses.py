@@ -15,7 +15,8 @@ from typing import Any, Sequence
 from posttrain.eval.suite import SampleRecord
 from posttrain.types import Task
 
-ANALYSES: dict[str, str] = {"long_context": "posttrain.eval.longctx:summarize"}
+ANALYSES: dict[str, str] = {"long_context": "posttrain.eval.longctx:summarize",
+                             "safety": "posttrain.eval.redteam:summarize"}
 
 
 def run_analyses(tasks: Sequence[Task], records: Sequence[SampleRecord], engine=None) -> dict[str, Any]:
