@@ -86,6 +86,21 @@ def build_engine(cfg: EvalConfig, tokenizer):
     return ENGINES[cfg.engine](cfg.model, tokenizer, **{**options, **cfg.engine_options})
 
 
+def check_context(engine, tokenizer, tasks) -> None:
+    """A ConfigError naming the first task whose rendered prompt does not fit the engine's context
+    (e.g. an 8k long-context probe on a 2k model), before anything is generated."""
+    from posttrain.envs.single_turn import prompt_ids
+
+    limit = getattr(engine, "max_model_len", None)
+    if limit is None:
+        return
+    for task in tasks:
+        n = len(prompt_ids(tokenizer, task))
+        if n >= limit:
+            raise ConfigError(f"tasks: {task.id}: its prompt has {n} tokens, the model's context is {limit} "
+                              f"(lower the source's lengths, or use a longer-context model)")
+
+
 def result_json(cfg: EvalConfig, result: EvalResult, temperature: float) -> dict[str, Any]:
     return {"model": cfg.model, "label": label_of(cfg), "suite": cfg.suite, "engine": cfg.engine,
             "samples": cfg.samples, "metrics": result.keys, "seed": cfg.seed, "temperature": temperature,
@@ -140,6 +155,7 @@ def run(cfg: EvalConfig, table: bool = True) -> dict:
         console.print(f"[yellow]note[/]: samples={cfg.samples} at temperature 0 would all be equal; sampling at 1.0")
     tokenizer = load_tokenizer(cfg.model)
     engine = build_engine(cfg, tokenizer)
+    check_context(engine, tokenizer, tasks)
 
     with progress_bar(len(tasks), f"eval {Path(cfg.model).name}", enabled=True) as bar:
         result = evaluate_tasks(

@@ -166,3 +166,11 @@ def test_cli_broken_line_and_unknown_engine_are_one_line_and_lose_nothing(tiny_m
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "engine" in done.stderr and "'paged'" in done.stderr and "'hf'" in done.stderr
     assert out.read_text() == '{"earlier": "result"}\n' and not (tmp_path / "kept.completions.jsonl").exists()
+
+
+def test_a_prompt_beyond_the_context_is_one_line_naming_the_task(tmp_path, tiny_model_dir):
+    cfg = EvalConfig(model=tiny_model_dir, tasks=[{"name": "needle", "n": 1, "options": {"lengths": [4096]}}],
+                     out=str(tmp_path / "e.json"))
+    with pytest.raises(ConfigError, match=r"tasks: needle/4096/0/\d+: its prompt has \d+ tokens, the model's context is"):
+        harness.run(cfg)
+    assert not (tmp_path / "e.json").exists()
