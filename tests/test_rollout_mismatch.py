@@ -316,7 +316,7 @@ def test_rl_learns_with_inexact_rollout_weights_as_with_exact_ones(setting, exac
           f"mismatch/kl first {kl[0]:.3g} max {max(kl):.3g}; exact run {exact_run['first']:.3f} -> "
           f"{exact_run['last']:.3f}")
     assert result["trainer_dtypes"] == {torch.float32}  # fp32 masters whatever the rollout computes in
-    assert len(steps) == STEPS and len(updated) >= STEPS - 6
+    assert len(steps) == STEPS and len(updated) >= STEPS - 10  # once at 1.0, groups carry no signal
     assert all(r["skipped_updates"] == 0 for r in updated) and all("non-finite" not in r["skip_reason"] for r in steps)
     assert result["first"] < 0.75 and result["last"] > result["first"] + 0.25, (result["first"], result["last"])
     assert abs(result["last"] - exact_run["last"]) < 0.1, (result["last"], exact_run["last"])
