@@ -10,14 +10,12 @@ a None cell is grey and marked "–". Row 0 is drawn at the top.
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from posttrain.telemetry.plots import DPI
+from posttrain.telemetry.plots import figure_png
 
 CMAP = "RdYlGn"
 
@@ -53,7 +51,4 @@ def heatmap_plot(
     if ylabel:
         ax.set_ylabel(ylabel)
     fig.colorbar(image, ax=ax, fraction=0.05)
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
+    return figure_png(fig)

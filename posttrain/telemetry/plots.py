@@ -21,7 +21,8 @@ DPI = 90
 LINE_MARGINS = {"left": 0.12, "right": 0.98, "top": 0.9, "bottom": 0.14}
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
+    """A figure rendered to PNG bytes on an Agg canvas (no pyplot state)."""
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -62,7 +63,7 @@ def line_plot(
     ax.grid(True, alpha=0.3)
     if 1 < len(series) <= MAX_LEGEND:
         ax.legend(fontsize="small")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def grouped_bar_plot(
@@ -88,4 +89,4 @@ def grouped_bar_plot(
     ax.grid(True, axis="y", alpha=0.3)
     if groups:
         ax.legend(fontsize="small")
-    return _png(fig)
+    return figure_png(fig)

@@ -9,15 +9,11 @@ HTML-escaped. A variant that is not a well-formed grid is named in a note instea
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from posttrain.telemetry.heatmap import heatmap_plot
-from posttrain.telemetry.plots import png_data_uri
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+from posttrain.telemetry.report_html import e as _e
+from posttrain.telemetry.report_html import img
 
 
 def _bytes(n: float) -> str:
@@ -40,8 +36,8 @@ def _variant(name: str, grid: dict[str, Any]) -> str:
     samples = sum(sum(row) for row in grid.get("n", []))
     note = f"{samples} samples; actual prompt tokens by nominal length: {means}" if means else f"{samples} samples"
     return (f"<h4>{_e(name)}</h4>"
-            f'<img src="{png_data_uri(png)}" alt="{_e(name)}: lost in the middle (accuracy by length and depth)">'
-            f'<p class="meta">{_e(note)}</p>')
+            + img(png, f"{name}: lost in the middle (accuracy by length and depth)")
+            + f'<p class="meta">{_e(note)}</p>')
 
 
 def render_long_context(data: dict) -> str:

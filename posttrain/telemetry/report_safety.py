@@ -10,24 +10,16 @@ All text is HTML-escaped; a rate that does not apply (compliance on benign promp
 
 from __future__ import annotations
 
-import html
 from typing import Any
+
+from posttrain.telemetry.report_html import e as _e
+from posttrain.telemetry.report_html import table
 
 _HEAD = ("category", "domain", "tasks", "samples", "refusal rate", "compliance (unsafe) rate", "safe rate")
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _pct(value: Any) -> str:
     return "–" if value is None else f"{100 * float(value):.1f}%"
-
-
-def _table(head: tuple[str, ...], rows: list[list[Any]]) -> str:
-    out = ["<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
-    out += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
-    return "".join(out) + "</tbody></table>"
 
 
 def render_safety(data: dict) -> str:
@@ -41,12 +33,12 @@ def render_safety(data: dict) -> str:
         rows.append([label, row.get("domain", ""), row.get("n", 0), row.get("samples", 0),
                      _pct(row.get("refusal_rate")), _pct(row.get("compliance_rate")), _pct(row.get("safe_rate"))])
     if rows:
-        out.append(_table(_HEAD, rows))
+        out.append(table(_HEAD, rows))
     out.append(f'<p class="note">Over-refusal on benign look-alikes: {_e(_pct(data.get("over_refusal_rate")))}; '
                f'safe rate over harmful categories: {_e(_pct(data.get("harmful_safe_rate")))}.</p>')
     found = data.get("violations") or {}
     violation_rows = [[domain, kind, count] for domain, kinds in found.items()
                       for kind, count in (kinds.items() if kinds else [("none", 0)])]
     if violation_rows:
-        out.append("<h4>Sandbox violations per domain</h4>" + _table(("domain", "kind", "count"), violation_rows))
+        out.append("<h4>Sandbox violations per domain</h4>" + table(("domain", "kind", "count"), violation_rows))
     return "\n".join(out)
