@@ -86,6 +86,27 @@ def build_engine(cfg: EvalConfig, tokenizer):
     return ENGINES[cfg.engine](cfg.model, tokenizer, **{**options, **cfg.engine_options})
 
 
+def with_verifiers(tasks: list, names: list[str] | None) -> list:
+    """The tasks judged by `names` instead of their own verifiers (None: unchanged); an empty list or
+    an unknown name is a one-line ConfigError."""
+    if names is None:
+        return tasks
+    from dataclasses import replace
+
+    from posttrain.verifiers import get_verifier
+
+    if not names:
+        raise ConfigError("verifiers: an empty list judges nothing; name at least one, or leave it unset")
+    for name in names:
+        get_verifier(name)
+    return [replace(t, verifiers=tuple(names)) for t in tasks]
+
+
+def tasks_per_call(batch_size: int, samples: int) -> int:
+    """Tasks handed to the engine at once: enough to keep `batch_size` sequences busy 4 times over."""
+    return max(1, 4 * batch_size // samples)
+
+
 def check_context(engine, tokenizer, tasks) -> None:
     """A ConfigError naming the first task whose rendered prompt does not fit the engine's context
     (e.g. an 8k long-context probe on a 2k model), before anything is generated."""
@@ -138,16 +159,7 @@ def run(cfg: EvalConfig, table: bool = True) -> dict:
 
     # everything the user can get wrong fails here, before a model is loaded
     tasks = load_spec(cfg.tasks, cfg.n_per_domain, cfg.seed, cfg.task_options)
-    if cfg.verifiers is not None:
-        from dataclasses import replace
-
-        from posttrain.verifiers import get_verifier
-
-        if not cfg.verifiers:
-            raise ConfigError("verifiers: an empty list judges nothing; name at least one, or leave it unset")
-        for name in cfg.verifiers:
-            get_verifier(name)  # an unknown name is a one-line ConfigError
-        tasks = [replace(t, verifiers=tuple(cfg.verifiers)) for t in tasks]
+    tasks = with_verifiers(tasks, cfg.verifiers)
     if cfg.seed < EVAL_SEED_START and any(t.metadata.get("source") == "reasoning_gym" for t in tasks):
         console.print(f"[yellow]warning[/]: eval seed {cfg.seed} < {EVAL_SEED_START}: tasks may overlap training data")
     temperature = sampling_temperature(cfg.temperature, cfg.samples)
@@ -161,7 +173,7 @@ def run(cfg: EvalConfig, table: bool = True) -> dict:
         result = evaluate_tasks(
             engine, tokenizer, tasks, samples=cfg.samples, ks=cfg.ks(), temperature=temperature, top_p=cfg.top_p,
             max_tokens=cfg.max_new_tokens, stop_ids=stop_ids(tokenizer, getattr(engine, "model", None)),
-            seed=cfg.seed, tasks_per_call=max(1, 4 * cfg.batch_size // cfg.samples), on_progress=bar.update)
+            seed=cfg.seed, tasks_per_call=tasks_per_call(cfg.batch_size, cfg.samples), on_progress=bar.update)
     out = result_json(cfg, result, temperature)
     out.update(run_analyses(tasks, result.records, engine))
     lines = "".join(json.dumps(r.to_json()) + "\n" for r in result.records)

@@ -49,11 +49,13 @@ class Verdict:
 
 class SuiteEvals:
     def __init__(self, section: EvalSection, out_dir: str | Path, tokenizer, stop_ids: Sequence[int]):
+        from posttrain.eval.harness import with_verifiers
         from posttrain.eval.sources import load_spec
 
         self.section, self.out_dir, self.tokenizer, self.stop_ids = section, Path(out_dir), tokenizer, tuple(stop_ids)
         self.tasks: dict[str, list[Task]] = {
-            name: load_spec(s.tasks, s.n, s.seed, s.task_options) for name, s in section.suites.items()}
+            name: with_verifiers(load_spec(s.tasks, s.n, s.seed, s.task_options), s.verifiers)
+            for name, s in section.suites.items()}
         self.baseline: dict[str, float] = {}
         self.best: dict[str, Any] | None = None  # {"step", "value"} of best/
 
@@ -62,20 +64,15 @@ class SuiteEvals:
 
     def evaluate(self, engine, step: int) -> dict[str, float]:
         """Every suite on `engine` (already holding the weights of `step`); flat metrics."""
-        from dataclasses import replace
-
-        from posttrain.eval.harness import sampling_temperature
+        from posttrain.eval.harness import sampling_temperature, tasks_per_call
         from posttrain.eval.suite import evaluate_tasks
 
         out: dict[str, float] = {}
         for name, s in self.section.suites.items():
-            tasks = self.tasks[name]
-            if s.verifiers:
-                tasks = [replace(t, verifiers=tuple(s.verifiers)) for t in tasks]
-            result = evaluate_tasks(engine, self.tokenizer, tasks, samples=s.samples, ks=s.ks(),
+            result = evaluate_tasks(engine, self.tokenizer, self.tasks[name], samples=s.samples, ks=s.ks(),
                                     temperature=sampling_temperature(s.temperature, s.samples), top_p=s.top_p,
                                     max_tokens=s.max_new_tokens, stop_ids=self.stop_ids, seed=s.seed,
-                                    tasks_per_call=max(1, 4 * self.section.batch_size // s.samples))
+                                    tasks_per_call=tasks_per_call(self.section.batch_size, s.samples))
             for key in result.keys:
                 out[suite_key(name, key)] = result.overall[key]
                 out.update({suite_key(name, key, d): row[key] for d, row in sorted(result.domains.items())})
@@ -110,16 +107,9 @@ class SuiteEvals:
             return False
         if self.best is not None and metrics[key] <= self.best["value"]:
             return False
-        from posttrain.fsio import replace_dir
-        from posttrain.train.lora import merge_lora
-        from posttrain.train.model import quiet_hf_progress
+        from posttrain.train.run import export_final
 
-        tmp = self.out_dir / f".{BEST_DIR}.tmp"
-        plain = merge_lora(copy.deepcopy(model))
-        with quiet_hf_progress():
-            plain.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        replace_dir(tmp, self.out_dir / BEST_DIR)
+        export_final(copy.deepcopy(model), tokenizer, self.out_dir, next(model.parameters()).dtype, name=BEST_DIR)
         self.best = {"step": step, "value": metrics[key]}
         return True
 

@@ -25,10 +25,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype) -> Path:
-    """out_dir/final: plain HF model (adapters merged) + tokenizer, replaced atomically."""
-    final = out_dir / "final"
-    tmp = out_dir / ".final.tmp"
+def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype, name: str = "final") -> Path:
+    """out_dir/NAME: plain HF model (adapters merged, in place: pass a copy to keep training it) +
+    tokenizer, replaced atomically."""
+    final = out_dir / name
+    tmp = out_dir / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     plain = merge_lora(model).to(dtype)
     with quiet_hf_progress():
