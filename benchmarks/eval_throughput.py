@@ -22,7 +22,8 @@ held-out eval seeds, default 6 domains x 16 = 96 tasks), each scored by its own 
   prompts rendered exactly as envs/single_turn.py renders them (chat template, add_generation_prompt, no
   special tokens added; checked token for token), left padding, batches of --batch-size sequences sorted by
   length, greedy, the same max new tokens (min of --max-tokens and each task's limit) and stop ids
-  (`harness.stop_ids`), then `verify_groups` + `task_score` on Trajectory objects built from the decoded text,
+  (`harness.stop_ids`), then `suite.verify_samples` (what `evaluate_tasks` verifies with) on Trajectory
+  objects built from the decoded text,
   summarised by the same `suite.summarize` (pass@1 per domain, the overall a mean over domains).
 
 Both sides are timed end to end, generation plus verification, after one tiny warm-up request each; model
@@ -131,11 +132,10 @@ def run_hf(model, tokenizer, tasks, texts: list[str], prompt_lens: list[int], ar
     """The old path: eval/generate.py `generate` (batches of --batch-size, per max-new-tokens group),
     then the verifiers on Trajectories built from the text, summarised like evaluate_tasks."""
     from posttrain.eval.generate import generate
-    from posttrain.eval.suite import CORRECT, SampleRecord, summarize
+    from posttrain.eval.suite import summarize, verify_samples
     from posttrain.rollout.engine import SamplingParams
     from posttrain.telemetry.progress import progress_bar
     from posttrain.types import Trajectory
-    from posttrain.verifiers import events_of, task_score, verify_groups
 
     caps = [max_new(t, args.max_tokens) for t in tasks]
     gens: list = [None] * len(tasks)
@@ -153,15 +153,7 @@ def run_hf(model, tokenizer, tasks, texts: list[str], prompt_lens: list[int], ar
                              logprobs=(0.0,) * (n + g.num_tokens), prompt_len=n, text=g.text, finish_reason=g.finish_reason,
                              sampling=SamplingParams(temperature=0.0, max_tokens=cap, stop_token_ids=tuple(stops)))]
                  for t, g, n, cap in zip(tasks, gens, prompt_lens, caps)]
-        groups = []
-        for task, group, (verdicts, _) in zip(tasks, trajs, verify_groups(list(zip(tasks, trajs)))):
-            (traj,), ((scores, errors),) = group, verdicts
-            value = task_score(scores, task)
-            groups.append([SampleRecord(
-                task_id=task.id, domain=task.domain, sample=0, completion=traj.text, score=value,
-                correct=not errors and value is not None and value >= CORRECT, finish_reason=traj.finish_reason,
-                num_tokens=len(traj.token_ids) - traj.prompt_len, scores={s.verifier: s.value for s in scores},
-                errors=tuple(errors), events=events_of(scores), prompt_tokens=traj.prompt_len)])
+        groups = verify_samples(tasks, trajs)
         seconds = time.perf_counter() - started
     domains, overall = summarize(groups, 1)
     return {"seconds": seconds, "generate_s": generated - started, "domains": domains, "overall": overall,

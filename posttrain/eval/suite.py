@@ -141,7 +141,9 @@ def overall(domains: dict[str, dict[str, Any]], records: Sequence[SampleRecord],
     return out
 
 
-def _verify(tasks: Sequence[Task], trajs: list[list[Trajectory]], workers: int | None) -> list[list[SampleRecord]]:
+def verify_samples(tasks: Sequence[Task], trajs: list[list[Trajectory]],
+                   workers: int | None = None) -> list[list[SampleRecord]]:
+    """Each task's samples through its verifiers, as SampleRecords (correct: no error and full marks)."""
     from posttrain.verifiers import events_of, task_score, verify_groups
 
     out = []
@@ -193,7 +195,7 @@ def evaluate_tasks(
         chunk = list(tasks[start : start + step])
         seeds = [seed + (start + i) * samples for i in range(len(chunk))]
         trajs = rollout(engine, tokenizer, chunk, [samples] * len(chunk), params, seeds, engine.version)
-        groups += _verify(chunk, trajs, verify_workers)
+        groups += verify_samples(chunk, trajs, verify_workers)
         if on_progress is not None:
             on_progress(len(chunk))
     domains, total = summarize(groups, samples, ks)
