@@ -7,6 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
+BFCL ?= bfcl-eval==2026.3.23
 
 .PHONY: setup sysdeps demo demo-real test test-slow test-all bench clean
 
@@ -21,6 +22,8 @@ $(STAMP): pyproject.toml
 		echo "CPU machine: installing $(TORCH_CPU) (CPU build)"; $(PY) -m pip install -q "$(TORCH_CPU)"; \
 	fi
 	$(PY) -m pip install -q -e ".[dev]"
+	# BFCL v4's data (function-calling tasks): its JSON only is read, its code is never imported
+	$(PY) -m pip install -q --no-deps "$(BFCL)"
 	@touch $(STAMP)
 
 # bubblewrap isolates the sandbox; chromium renders report.html in its browser test

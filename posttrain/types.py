@@ -51,9 +51,14 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Limits:
-    max_turns: int = 1
-    max_new_tokens: int = 256
-    seconds: float = 60.0
+    """An episode's limits (envs/episode.py enforces them; each one hit has its stop reason)."""
+
+    max_turns: int = 1  # sampled assistant turns at most (max_turns)
+    max_new_tokens: int = 256  # new tokens per turn (a turn cut here: max_tokens)
+    seconds: float = 60.0  # episode wall time, tools included (timeout)
+    max_total_tokens: int = 8192  # prompt + every turn + every bridge (truncated)
+    tool_timeout: float = 30.0  # seconds per tool call (its observation says it timed out)
+    max_observation_tokens: int = 1024  # an observation longer than this is cut, with a marker
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,12 @@ class Trajectory:
     # what weights sampled it: "exact" = the trainer's fp32 masters, else the engine's `weights_precision`
     # ("bfloat16", "int8", ...), whose sampler/trainer gap the trainer corrects (train/step.py)
     sampler_weights: str = "exact"
+    # multi-turn episodes (envs/episode.py); single-turn trajectories keep the defaults
+    token_sources: Sequence[int] = ()  # [T] 0 policy (sampled), 1 env (task and tool text), 2 template; () = prompt then policy
+    token_versions: Sequence[int] = ()  # [T] policy version that sampled each token (-1 where not sampled); () = policy_version
+    stop_reason: str = "done"  # envs.base.STOP_REASONS
+    final_state: Any = None  # the env's JSON-able state at the end: what its score is re-run from
+    stats: Mapping[str, float] = field(default_factory=dict)  # tool_calls, tool_errors/KIND, env_seconds, ...
 
 
 @dataclass(frozen=True)

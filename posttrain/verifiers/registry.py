@@ -136,6 +136,15 @@ def _load_builtins() -> None:
     # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length; math
     from posttrain.verifiers import basic, code, format, math, needle, safety  # noqa: F401
 
+    import importlib
+
+    for module in ("posttrain.verifiers.bfcl_ast", "posttrain.verifiers.env_score"):
+        try:  # TEMPORARY while issue 15's verifiers are written
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:
     """What verifiers reported as violations: `details["events"]` (sandbox limits, early exits,
