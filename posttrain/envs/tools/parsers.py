@@ -1,0 +1,456 @@
+"""Tool-call parsers: one sampled assistant turn's text -> an `Action` (calls, parse errors, content).
+
+    parser = pick_parser(tokenizer)             # "auto": from the chat template; or get_parser("hermes")
+    action = parser.parse(turn_text)            # never raises on model text
+    action.tool_calls, action.errors, action.content
+    parser.format_calls(calls, content="")      # the inverse: parse(format_calls(c)).tool_calls == c
+
+Three formats (PARSERS, picked by name):
+- hermes (Qwen2.5/3, SmolLM2, NousHermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
+  any number per turn; an unclosed last tag is read when its JSON is complete; "arguments" may
+  be a JSON string holding the object.
+- llama3_json (Llama-3.1/3.2): optional `<|python_tag|>`, then `{"name": ..., "parameters": {...}}`
+  objects separated by `;` or newlines. Prose that does not start like a call is plain content.
+- pythonic (Llama-3.2/4 pythonic): `[f(x=1), pkg.g(y=[1, 2])]`, read with `ast`, literal keyword
+  arguments only; optional `<|python_start|>` / `<|python_end|>`.
+
+Decisions. Input is decoded with special tokens kept; trailing end-of-turn tokens are tolerated.
+`<think>...</think>` (Qwen3) is reasoning: calls inside it are ignored and it is not content; an
+unclosed `<think>` runs to the end of the turn, and a `</think>` with no opener (the template
+opened it) closes a block that starts the turn. Every call that cannot be read is one
+`ParseError("malformed", one line, raw)`; the readable calls of the same turn are still
+returned, with ids "call_0", "call_1", ... in order. Work is bounded: a call over
+MAX_CALL_CHARS, or calls beyond MAX_CALLS in one turn, are malformed without being parsed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from posttrain.envs.base import Action, ParseError, ToolCall
+from posttrain.errors import ConfigError
+
+MAX_CALL_CHARS = 64 * 1024  # one call's text; longer is malformed unread
+MAX_CALLS = 64  # calls read per turn; the rest are one malformed error
+END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|endoftext|>")
+_SPECIAL = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>")  # ChatML / Llama style special tokens
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+class ToolParser(Protocol):
+    name: str
+
+    def parse(self, text: str) -> Action: ...
+
+    def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str: ...
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def _strip_end(text: str) -> str:
+    text = text.rstrip()
+    while True:
+        for tok in END_TOKENS:
+            if text.endswith(tok):
+                text = text[: -len(tok)].rstrip()
+                break
+        else:
+            return text
+
+
+def _plain(text: str) -> str:
+    return _SPECIAL.sub("", text)
+
+
+def _split_think(text: str) -> list[tuple[bool, str]]:
+    """[(is_thinking, piece), ...] covering `text` in order."""
+    out: list[tuple[bool, str]] = []
+    close = text.find(_THINK_CLOSE)
+    opened = text.find(_THINK_OPEN)
+    if close != -1 and (opened == -1 or close < opened):  # the template opened the block
+        out.append((True, text[:close]))
+        text = text[close + len(_THINK_CLOSE):]
+    while text:
+        start = text.find(_THINK_OPEN)
+        if start == -1:
+            out.append((False, text))
+            break
+        out.append((False, text[:start]))
+        end = text.find(_THINK_CLOSE, start)
+        if end == -1:
+            out.append((True, text[start:]))
+            break
+        out.append((True, text[start:end + len(_THINK_CLOSE)]))
+        text = text[end + len(_THINK_CLOSE):]
+    return out
+
+
+def _visible(text: str) -> str:
+    """The turn without its thinking blocks."""
+    return "".join(piece for thinking, piece in _split_think(text) if not thinking)
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _malformed(message: str, raw: str) -> ParseError:
+    return ParseError("malformed", " ".join(message.split()), raw[:MAX_CALL_CHARS])
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a Python value's type (for one-line messages)."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (str, "string"), (int, "integer"), (float, "number"),
+                       (Mapping, "object"), ((list, tuple), "array")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _json_call(obj: Any, arg_keys: tuple[str, ...]) -> tuple[str, dict] | str:
+    """(name, arguments) from a decoded JSON call object, or what is wrong with it."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object with \"name\" and arguments, got {json_type(obj)}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return "the call has no \"name\" string"
+    key = next((k for k in arg_keys if k in obj), None)
+    args = obj.get(key, {}) if key else {}
+    if isinstance(args, str):  # arguments as a JSON string holding JSON
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (ValueError, RecursionError) as e:
+            return f"{key} of {name!r} is a string that is not valid JSON ({e})"
+    if not isinstance(args, dict):
+        return f"{key} of {name!r} must be a JSON object, got {json_type(args)}"
+    return name.strip(), args
+
+
+def _load_json(body: str) -> Any:
+    """json.loads with the errors a parser reports; raises ValueError with one line."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+class _Turn:
+    """The calls and errors of one turn, bounded to MAX_CALLS items."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.errors: list[ParseError] = []
+        self.overflowed = False
+
+    @property
+    def full(self) -> bool:
+        if len(self.calls) + len(self.errors) < MAX_CALLS:
+            return False
+        if not self.overflowed:
+            self.overflowed = True
+            why = f"more than {MAX_CALLS} tool calls in one turn; the rest were not read"
+            self.errors.append(_malformed(why, ""))
+        return True
+
+    def add(self, got: tuple[str, dict] | str, where: str, raw: str) -> None:
+        if isinstance(got, str):
+            self.errors.append(_malformed(f"{where}: {got}" if where else got, raw))
+        else:
+            self.calls.append(got)
+
+    def action(self, text: str, content: str) -> Action:
+        tool_calls = tuple(ToolCall(name, args, f"call_{i}") for i, (name, args) in enumerate(self.calls))
+        return Action(text=_plain(text).strip(), tool_calls=tool_calls, errors=tuple(self.errors),
+                      content=_plain(content).strip())
+
+
+# ---------------------------------------------------------------- hermes
+
+
+class HermesParser:
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+    def parse(self, text: str) -> Action:
+        text = _strip_end(text)
+        turn = _Turn()
+        content = [self._read_piece(piece, turn) for thinking, piece in _split_think(text) if not thinking]
+        return turn.action(text, "".join(content))
+
+    def _read_piece(self, text: str, turn: _Turn) -> str:
+        """Reads the calls in `text` into `turn`; returns the text outside them."""
+        outside = []
+        pos = 0
+        close_at = text.find(self.CLOSE)
+        while True:
+            start = text.find(self.OPEN, pos)
+            if start == -1:
+                outside.append(text[pos:])
+                return "".join(outside)
+            outside.append(text[pos:start])
+            if turn.full:
+                return "".join(outside)
+            body_start = start + len(self.OPEN)
+            if close_at != -1 and close_at < body_start:
+                close_at = text.find(self.CLOSE, body_start)
+            following = text.find(self.OPEN, body_start)
+            closed = close_at != -1 and (following == -1 or close_at < following)
+            body_end = close_at if closed else (following if following != -1 else len(text))
+            pos = close_at + len(self.CLOSE) if closed else body_end
+            self._read(text[body_start:body_end], text[start:pos], closed, turn)
+
+    @staticmethod
+    def _read(body: str, raw: str, closed: bool, turn: _Turn) -> None:
+        where = "<tool_call>" if closed else "unclosed <tool_call>"
+        if len(body) > MAX_CALL_CHARS:
+            return turn.add(f"longer than {MAX_CALL_CHARS} characters", where, raw)
+        if not body.strip():
+            return turn.add("empty", where, raw)
+        try:
+            obj = _load_json(body)
+        except ValueError as e:
+            return turn.add(f"not valid JSON ({e}): {_short(body)}", where, raw)
+        turn.add(_json_call(obj, ("arguments", "parameters")), where, raw)
+
+    def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
+        parts = [content] if content else []
+        for call in calls:
+            body = json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False)
+            parts.append(f"{self.OPEN}\n{body}\n{self.CLOSE}")
+        return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- llama3_json
+
+
+class Llama3JsonParser:
+    name = "llama3_json"
+    TAG = "<|python_tag|>"
+    _STARTS_CALL = re.compile(r'\{\s*"(?:name|type)"\s*:')
+    _NEXT_CALL = re.compile(r'[;\n]\s*(?=[{\[])')
+
+    def parse(self, text: str) -> Action:
+        text = _strip_end(text)
+        visible = _visible(text)
+        tag = visible.find(self.TAG)
+        if tag != -1:
+            content, region, tagged = visible[:tag], visible[tag + len(self.TAG):], True
+        elif self._STARTS_CALL.match(visible.lstrip()):
+            content, region, tagged = "", visible, False
+        else:
+            return _Turn().action(text, visible)
+        turn = _Turn()
+        trailing = self._read_region(region.replace(self.TAG, " "), tagged, turn)
+        return turn.action(text, content + trailing)
+
+    def _read_region(self, region: str, tagged: bool, turn: _Turn) -> str:
+        """Reads the calls in `region` into `turn`; returns trailing prose (content)."""
+        decoder = json.JSONDecoder()
+        pos, n = 0, len(region)
+        while True:
+            while pos < n and (region[pos].isspace() or region[pos] == ";"):
+                pos += 1
+            if pos >= n or turn.full:
+                return ""
+            if region[pos] not in "{[":
+                if turn.calls or turn.errors or not tagged:
+                    return region[pos:]  # prose after the calls
+                nxt = self._NEXT_CALL.search(region, pos)
+                stop = nxt.start() if nxt else n
+                turn.add(f"expected a JSON object, got: {_short(region[pos:stop])}", "tool call", region[pos:stop])
+                pos = stop
+                continue
+            try:
+                obj, end = decoder.raw_decode(region[pos:pos + MAX_CALL_CHARS + 1])
+            except (ValueError, RecursionError) as e:
+                nxt = self._NEXT_CALL.search(region, pos + 1)
+                stop = nxt.start() if nxt else n
+                raw = region[pos:stop].strip()
+                if stop - pos > MAX_CALL_CHARS:
+                    why = f"longer than {MAX_CALL_CHARS} characters"
+                else:
+                    why = "not valid JSON ({}): {}".format(
+                        "nested too deeply" if isinstance(e, RecursionError) else e, _short(raw))
+                turn.add(why, "tool call", raw)
+                pos = stop
+                continue
+            if end > MAX_CALL_CHARS:
+                turn.add(f"longer than {MAX_CALL_CHARS} characters", "tool call", region[pos:pos + end])
+            else:
+                turn.add(_json_call(obj, ("parameters", "arguments")), "tool call", region[pos:pos + end])
+            pos += end
+
+    def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
+        body = "; ".join(json.dumps({"name": c.name, "parameters": dict(c.arguments)}, ensure_ascii=False)
+                         for c in calls)
+        if not content:
+            return body
+        return f"{content}{self.TAG}{body}" if calls else content
+
+
+# ---------------------------------------------------------------- pythonic
+
+
+class _NotLiteral(ValueError):
+    pass
+
+
+def _literal(node: ast.AST) -> Any:
+    """A JSON-able value from a literal expression node (no names, calls or operators)."""
+    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float))):
+        return node.value
+    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
+            and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                raise _NotLiteral("a ** expansion")
+            key = _literal(k)
+            if not isinstance(key, str):
+                raise _NotLiteral(f"a dict key that is not a string ({ast.unparse(k)})")
+            out[key] = _literal(v)
+        return out
+    if isinstance(node, ast.Call):
+        raise _NotLiteral(f"a function call ({_short(ast.unparse(node), 40)})")
+    if isinstance(node, ast.Name):
+        raise _NotLiteral(f"the name {node.id!r}")
+    raise _NotLiteral(_short(ast.unparse(node), 40))
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+class PythonicParser:
+    name = "pythonic"
+    START, END = "<|python_start|>", "<|python_end|>"
+    _LIST_START = re.compile(r"(?:^|\n)[ \t]*(\[\s*[A-Za-z_][\w.]*\s*\()")
+    _IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
+
+    def parse(self, text: str) -> Action:
+        text = _strip_end(text)
+        visible = _visible(text)
+        start = visible.find(self.START)
+        if start != -1:
+            end = visible.find(self.END, start)
+            stop = end if end != -1 else len(visible)
+            content = visible[:start] + (visible[stop + len(self.END):] if end != -1 else "")
+            region = visible[start + len(self.START):stop]
+        else:
+            m = self._LIST_START.search(visible)
+            if not m:
+                return _Turn().action(text, visible)
+            close = visible.rfind("]")
+            stop = close + 1 if close > m.start(1) else len(visible)  # unclosed: runs to the end
+            content = visible[:m.start(1)] + visible[stop:]
+            region = visible[m.start(1):stop]
+        turn = _Turn()
+        self._read_region(region.strip(), turn)
+        return turn.action(text, content)
+
+    def _read_region(self, region: str, turn: _Turn) -> None:
+        if not region:
+            return turn.add("empty tool call block", "", region)
+        if len(region) > MAX_CALL_CHARS:
+            return turn.add(f"tool call block is longer than {MAX_CALL_CHARS} characters", "", region)
+        try:
+            tree = ast.parse(region, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            why = e.msg if isinstance(e, SyntaxError) else "nested too deeply"
+            return turn.add(f"not a Python list of calls ({why}): {_short(region)}", "tool calls", region)
+        for node in tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]:
+            if turn.full:
+                return
+            turn.add(self._call(node), "", ast.get_source_segment(region, node) or "")
+
+    @staticmethod
+    def _call(node: ast.AST) -> tuple[str, dict] | str:
+        src = _short(ast.unparse(node))
+        if not isinstance(node, ast.Call):
+            return f"expected a function call like f(x=1), got: {src}"
+        name = _dotted(node.func)
+        if name is None:
+            return f"the called function is not a (dotted) name: {src}"
+        if node.args:
+            return f"{name}() has positional arguments; pass every argument by keyword (x=...): {src}"
+        args: dict[str, Any] = {}
+        for kw in node.keywords:
+            if kw.arg is None and not isinstance(kw.value, ast.Dict):
+                return f"{name}() expands ** of something that is not a dict literal: {src}"
+            try:
+                value = _literal(kw.value)
+            except (_NotLiteral, RecursionError) as e:
+                why = e if isinstance(e, _NotLiteral) else "nested too deeply"
+                return f"argument {kw.arg or '**'!r} of {name}() is not a literal value: {why}"
+            if kw.arg is None:  # **{"Content-Type": ...}: keys that are not identifiers
+                args.update(value)
+            else:
+                args[kw.arg] = value
+        return name, args
+
+    def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
+        if not calls:
+            return content
+        body = "[" + ", ".join(self._format(c) for c in calls) + "]"
+        return f"{content}\n{body}" if content else body
+
+    def _format(self, call: ToolCall) -> str:
+        plain = [f"{k}={v!r}" for k, v in call.arguments.items() if self._IDENTIFIER.match(k)]
+        other = {k: v for k, v in call.arguments.items() if not self._IDENTIFIER.match(k)}
+        return f"{call.name}(" + ", ".join(plain + ([f"**{other!r}"] if other else [])) + ")"
+
+
+# ---------------------------------------------------------------- registry
+
+
+PARSERS: dict[str, Callable[[], ToolParser]] = {
+    "hermes": HermesParser,
+    "llama3_json": Llama3JsonParser,
+    "pythonic": PythonicParser,
+}
+
+
+def get_parser(name: str) -> ToolParser:
+    if name not in PARSERS:
+        raise ConfigError(f"unknown tool-call parser {name!r} (known: {', '.join(sorted(PARSERS))})")
+    return PARSERS[name]()
+
+
+def chat_template_text(tokenizer) -> str:
+    """The tokenizer's chat template(s) as one string ("" when it has none)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        return "\n".join(str(t) for t in template.values())
+    if isinstance(template, (list, tuple)):
+        return "\n".join(str(t.get("template", "")) if isinstance(t, Mapping) else str(t) for t in template)
+    return template if isinstance(template, str) else ""
+
+
+def pick_parser(tokenizer, name: str = "auto") -> ToolParser:
+    """`name`, or for "auto" the format the chat template writes tool calls in (default hermes)."""
+    if name != "auto":
+        return get_parser(name)
+    template = chat_template_text(tokenizer)
+    if "<tool_call>" in template:
+        return get_parser("hermes")
+    if "<|python_start|>" in template:
+        return get_parser("pythonic")
+    if "<|python_tag|>" in template:
+        return get_parser("llama3_json")
+    return get_parser("hermes")
