@@ -213,6 +213,11 @@ class RolloutConfig(Strict):
     top_k: int = Field(0, ge=0)  # 0: off
     temperature: TemperatureConfig = TemperatureConfig()
     max_batch_sequences: int = Field(256, gt=0)  # sequences decoded together
+    # multi-turn episodes (envs/): the model's tool-call parser (auto: from its chat template),
+    # what a chat template that fails the bridge self-check gets (envs/template.py), episodes in flight
+    tool_parser: Literal["auto", "hermes", "llama3_json", "pythonic"] = "auto"
+    template_check: Literal["refuse", "keep_history", "off"] = "refuse"
+    max_concurrent_episodes: int = Field(256, gt=0)
 
     @model_validator(mode="after")
     def _weights_need_paged(self) -> "RolloutConfig":

@@ -217,7 +217,7 @@ def test_tis_cap_none_turns_the_correction_off_but_still_measures(model):
 
 
 def test_rollout_records_the_engines_weights_precision(tiny_model_dir):
-    from posttrain.envs.single_turn import rollout
+    from posttrain.envs.rollout import rollout
     from posttrain.rollout.engine import SamplingParams
     from posttrain.rollout.hf import HFEngine
     from posttrain.train.model import load_tokenizer

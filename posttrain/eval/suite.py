@@ -9,7 +9,7 @@
 loop's flat metrics (`pass@1/<domain>`, `pass@1`) are `flat_metrics` of the same result.
 
 Sampling: sample j of task i is the request seeded `seed + i*K + j` through the single-turn
-environment (`envs/single_turn.rollout`: chat template, token-in token-out, a task's own
+environment (`envs/rollout.rollout`: chat template, token-in token-out, a task's own
 `limits.max_new_tokens` caps `max_tokens`). Verification: each task's K samples go to
 `run_verifiers_many` together (the `code` verifier runs a group in one sandbox run), tasks on a
 thread pool. A sample is correct when no verifier errored and `task_score(scores, task) >= CORRECT`;
@@ -62,12 +62,15 @@ class SampleRecord:
     errors: tuple[str, ...] = ()  # verifier errors ("name: message")
     events: tuple[str, ...] = ()  # violations the verifiers / sandbox reported (verifiers.events_of)
     prompt_tokens: int = 0  # the rendered prompt's tokens
+    stop_reason: str = "done"  # the episode's (envs.base.STOP_REASONS)
+    turns: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.task_id, "domain": self.domain, "sample": self.sample, "completion": self.completion,
                 "score": self.score, "correct": self.correct, "finish_reason": self.finish_reason,
                 "num_tokens": self.num_tokens, "prompt_tokens": self.prompt_tokens, "scores": self.scores,
-                "errors": list(self.errors), "events": list(self.events)}
+                "errors": list(self.errors), "events": list(self.events), "stop_reason": self.stop_reason,
+                "turns": self.turns}
 
 
 @dataclass(frozen=True)
@@ -146,16 +149,22 @@ def verify_samples(tasks: Sequence[Task], trajs: list[list[Trajectory]],
     """Each task's samples through its verifiers, as SampleRecords (correct: no error and full marks)."""
     from posttrain.verifiers import events_of, task_score, verify_groups
 
+    from posttrain.envs.metrics import FAILED
+
     out = []
-    for task, group, (verdicts, _) in zip(tasks, trajs, verify_groups(list(zip(tasks, trajs)), workers)):
+    ran = [[t for t in group if t.stop_reason not in FAILED] for group in trajs]
+    for task, group, (verdicts, _) in zip(tasks, trajs, verify_groups(list(zip(tasks, ran)), workers)):
         rows = []
-        for j, (traj, (scores, errors)) in enumerate(zip(group, verdicts)):
+        verdicts = iter(verdicts)  # a failed episode (env / infrastructure) is not verified: its error says why
+        for j, traj in enumerate(group):
+            scores, errors = ([], list(traj.events[:1])) if traj.stop_reason in FAILED else next(verdicts)
             value = task_score(scores, task)
             rows.append(SampleRecord(
                 task_id=task.id, domain=task.domain, sample=j, completion=traj.text, score=value,
                 correct=not errors and value is not None and value >= CORRECT, finish_reason=traj.finish_reason,
                 num_tokens=len(traj.token_ids) - traj.prompt_len, scores={s.verifier: s.value for s in scores},
-                errors=tuple(errors), events=events_of(scores), prompt_tokens=traj.prompt_len))
+                errors=tuple(errors), events=events_of(scores), prompt_tokens=traj.prompt_len,
+                stop_reason=traj.stop_reason, turns=traj.turns))
         out.append(rows)
     return out
 
@@ -180,7 +189,7 @@ def evaluate_tasks(
 
     `tasks_per_call` tasks go to the engine at a time (None: all at once); `on_progress(n)` is
     called after each such chunk is verified. Greedy (temperature 0) needs samples == 1."""
-    from posttrain.envs.single_turn import rollout
+    from posttrain.envs.rollout import rollout
     from posttrain.rollout.engine import SamplingParams
 
     if samples < 1:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from posttrain.algos.shaping import format_reward, length_penalty, overlong_penalty
 from posttrain.buffer import ReplayBuffer, replay_plan
 from posttrain.config import RewardConfig, RLConfig
-from posttrain.envs.single_turn import rollout
+from posttrain.envs.metrics import FAILED, episode_metrics
+from posttrain.envs.rollout import rollout
 from posttrain.rollout.engine import SamplingParams
 from posttrain.tasks.mixture import Mixture
 from posttrain.types import Group, Score, Task, Trajectory
@@ -91,6 +92,15 @@ def _seed(cfg: RLConfig, step: int, attempt: int) -> int:
     return random.Random(f"rollout:{cfg.train.seed}:{step}:{attempt}").getrandbits(48)
 
 
+def _drop_failed(task: Task, trajs: list[Trajectory], stats: dict) -> list[Trajectory]:
+    """Episodes whose env or infrastructure failed are dropped (never scored as model failures)
+    and counted; they stay in `stats["failed_episodes"]` for the step's episode metrics."""
+    kept = [t for t in trajs if t.stop_reason not in FAILED]
+    if len(kept) < len(trajs):
+        stats.setdefault("failed_episodes", []).extend((task, t) for t in trajs if t.stop_reason in FAILED)
+    return kept
+
+
 def _replayed_count(groups: list[Group]) -> int:
     return sum(g.replayed for g in groups)
 
@@ -137,7 +147,10 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch
         seed = _seed(cfg, step, attempt)
         seeds = [seed + i * k for i in range(len(tasks))]
         t0 = time.perf_counter()
-        trajs = rollout(ctx.engine, ctx.tokenizer, tasks, counts, params, seeds, ctx.version)
+        trajs = rollout(ctx.engine, ctx.tokenizer, tasks, counts, params, seeds, ctx.version,
+                        parser=cfg.rollout.tool_parser, template_check=cfg.rollout.template_check,
+                        max_concurrent=cfg.rollout.max_concurrent_episodes)
+        trajs = [_drop_failed(t, g, stats) for t, g in zip(tasks, trajs)]
         t1 = time.perf_counter()
         members = [(t, list(g), 0) for t, g in zip(fresh, trajs)]
         members += [(entries[0].task, [e.trajectory for e in entries] + list(g), len(entries))
@@ -161,7 +174,21 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch
     replay_kept = replay_kept[:want]
     kept = fresh_kept[: want - len(replay_kept)] + replay_kept
     stats["replay_groups"] = len(replay_kept)
+    failed = stats.pop("failed_episodes", [])
+    stats.update(episode_metrics([(g.task, t) for g in generated for t in g.fresh] + failed))
+    stats.update(engine_prefix_metrics(ctx.engine))
     return StepBatch(kept, generated, stats)
+
+
+def engine_prefix_metrics(engine) -> dict[str, float]:
+    """The paged engine's prefix cache over the run: prompt tokens admitted and the share of them
+    found cached (a multi-turn episode's later turns prefill only their new tokens)."""
+    kv = engine.kv_stats() if hasattr(engine, "kv_stats") else {}
+    if "prompt_tokens" not in kv:
+        return {}
+    total = kv["prompt_tokens"]
+    return {"engine/prompt_tokens": float(total), "engine/prefill_tokens_saved": float(kv["prefill_tokens_saved"]),
+            "engine/prefill_saved_share": kv["prefill_tokens_saved"] / total if total else 0.0}
 
 
 def add_to_buffer(ctx: StepContext, groups: list[Group], step: int, per_group: int) -> None:

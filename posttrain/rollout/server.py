@@ -59,6 +59,8 @@ class EngineRunner:
         self.engine = engine
         self.stepping = isinstance(engine, SteppingEngine)
         self.batch_window_s = batch_window_s
+        self.busy_seconds = 0.0  # wall time inside engine.step / generate (the engine idles the rest)
+        self.started = time.perf_counter()
         self._inbox: queue.Queue = queue.Queue()
         loop = self._run_stepping if self.stepping else self._run_batching
         self._thread = threading.Thread(target=loop, name="posttrain-engine", daemon=True)
@@ -118,6 +120,7 @@ class EngineRunner:
                     eng.abort(item.engine_id)
             if not eng.has_unfinished():
                 continue
+            t0 = time.perf_counter()
             try:
                 outputs = eng.step()
             except Exception as exc:  # noqa: BLE001 - fail what is in flight, keep serving
@@ -127,6 +130,8 @@ class EngineRunner:
                     eng.abort(rid)
                 live.clear()
                 continue
+            finally:
+                self.busy_seconds += time.perf_counter() - t0
             for out in outputs:
                 req = live.get(out.request_id)
                 if req is None:
@@ -157,9 +162,11 @@ class EngineRunner:
                 self._generate(batch)
 
     def _generate(self, batch: list[_Request]) -> None:
+        t0 = time.perf_counter()
         try:
             outs = self.engine.generate([r.prompt for r in batch], [r.params for r in batch])
         except Exception as exc:  # noqa: BLE001
+            self.busy_seconds += time.perf_counter() - t0
             if len(batch) > 1:  # find the request that breaks it; the others still get served
                 for r in batch:
                     self._generate([r])
@@ -167,6 +174,7 @@ class EngineRunner:
             log.warning("engine.generate failed for one request: %s", exc)
             batch[0].sink(exc)
             return
+        self.busy_seconds += time.perf_counter() - t0
         for r, c in zip(batch, outs):
             r.sink(StepOutput(0, list(c.token_ids), list(c.logprobs), True, c.finish_reason))
 

@@ -68,7 +68,7 @@ def test_eval_greedy_writes_json_and_completions(tiny_model_dir, tmp_path):
     lines = _lines(tmp_path / "ev" / "base.completions.jsonl")
     assert len(lines) == 5 and lines[0]["id"] == "basic_arithmetic/1000000" and lines[0]["sample"] == 0
     assert set(lines[0]) == {"id", "domain", "sample", "completion", "score", "correct", "finish_reason",
-                             "num_tokens", "prompt_tokens", "scores", "errors", "events"}
+                             "num_tokens", "prompt_tokens", "scores", "errors", "events", "stop_reason", "turns"}
     assert all(set(x["scores"]) == {"reasoning_gym"} and x["finish_reason"] in ("stop", "length") for x in lines)
     again = harness.run(cfg.model_copy(update={"out": str(tmp_path / "again.json")}))  # greedy is deterministic
     assert again["domains"] == result["domains"]

@@ -7,6 +7,9 @@ the tools' JSON schemas, and put the tools into the prompt.
     messages, kwargs = with_tools(messages, env.tools, parser, tokenizer)   # prompt.py
 """
 
-from posttrain.envs.tools.parsers import PARSERS, ToolParser, get_parser, pick_parser
+from posttrain.envs.tools.parsers import MAX_CALL_CHARS, MAX_CALLS, PARSERS, ToolParser, get_parser, pick_parser
+from posttrain.envs.tools.prompt import template_renders_tools, tools_system_prompt, with_tools
+from posttrain.envs.tools.schema import check_call, tool_name
 
-__all__ = ["PARSERS", "ToolParser", "get_parser", "pick_parser"]
+__all__ = ["MAX_CALLS", "MAX_CALL_CHARS", "PARSERS", "ToolParser", "check_call", "get_parser", "pick_parser",
+           "template_renders_tools", "tool_name", "tools_system_prompt", "with_tools"]

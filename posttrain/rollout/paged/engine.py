@@ -362,6 +362,10 @@ class PagedEngine:
             "weights": self.weights,
             "max_model_len": self.max_model_len,
             "num_preemptions": self.scheduler.num_preemptions,
+            # multi-turn episodes: a turn's prompt is the last one's + its output + a bridge, so its
+            # leading full blocks are found in the prefix cache and only the new tokens are prefilled
+            "prompt_tokens": self.scheduler.num_prompt_tokens,
+            "prefill_tokens_saved": self.scheduler.num_cached_prompt_tokens,
         }
 
 

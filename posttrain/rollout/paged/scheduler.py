@@ -48,6 +48,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hash of the content key of each leading full, indexed block
         self.prefill_done = False  # the newest token's logits have been sampled since (re)admission
+        self.admitted = False  # admitted at least once (prompt tokens are counted on the first admission)
         self.finish_reason: str | None = None
         self.generator = torch.Generator().manual_seed(seed % 2**64) if params.temperature > 0 else None
         self._uniforms: list[float] = []
@@ -115,6 +116,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_prompt_tokens = 0  # prompt tokens of every admitted request
+        self.num_cached_prompt_tokens = 0  # of those, found in the prefix cache (prefill saved)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -171,6 +174,9 @@ class Scheduler:
             seq = self.waiting[0]
             if not seq.block_table and self.prefix_sharing:
                 self._match_prefix(seq)
+            if not seq.admitted:
+                self.num_prompt_tokens += seq.num_prompt_tokens
+                self.num_cached_prompt_tokens += min(seq.num_computed, seq.num_prompt_tokens)
             n = min(len(seq.tokens) - seq.num_computed, budget)
             write = True
             if n == 0:  # every token found in shared blocks: feed the last one again, for its logits
@@ -181,6 +187,7 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.running.append(seq)
+            seq.admitted = True
             out.scheduled.append(self._plan(seq, n, [], write))
             budget -= n
         return out

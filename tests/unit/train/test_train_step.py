@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posttrain.config import RLConfig
-from posttrain.envs.single_turn import rollout
+from posttrain.envs.rollout import rollout
 from posttrain.rollout.engine import ENGINES, SamplingParams
 from posttrain.train.model import load_model, load_tokenizer
 from posttrain.train.optim import build_optimizer, build_scheduler

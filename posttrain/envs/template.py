@@ -1,0 +1,218 @@
+"""Prompt and bridge tokens through the model's chat template, and the template's self-check.
+
+    fmt = ChatFormat.of(tokenizer, parser)                 # checked once per model (check_template)
+    ids, sources = fmt.prompt(messages, tools)             # the first prompt, add_generation_prompt
+    ids, sources = fmt.bridge(history, turn_text, stopped, observations)   # after a sampled turn
+
+Token-in, token-out: a sampled turn's ids go into the trajectory as sampled; only what the
+environment says enters as "bridge" ids, the text the template puts between the end of that
+assistant turn and the start of the next one:
+
+    a = render(history + [assistant: turn])                          (no generation prompt)
+    b = render(history + [assistant: turn] + observations, add_generation_prompt=True)
+    bridge = a[after the turn's text, minus the end-of-turn token the model sampled] + b[len(a):]
+
+so a template that writes "<|im_end|>\\n" after an assistant message gets its "\\n" back (naive
+concatenation of sampled ids + rendered tool messages loses it). This needs `b` to extend `a`
+(prefix-preserving) and the turn's text to appear verbatim in `a`.
+
+Per token, `sources` says where it came from: ENV (message and observation text), TEMPLATE (the
+template's own markup); sampled tokens are POLICY. Spans come from the fast tokenizer's offsets
+(a slow tokenizer marks a whole bridge ENV).
+
+`check_template` renders a two-turn conversation with a tool call, a tool answer and a
+`<think>` block, and rebuilds it the way episodes do; it names the first problem found: a lost
+character between turns, a template that rewrites earlier assistant turns (e.g. strips `<think>`
+blocks, as Qwen3's does), one that is not prefix-preserving at a tool message, or one that does
+not end assistant turns with a token. `rollout.template_check: refuse` (default) turns a problem
+into a ConfigError at start; `keep_history` accepts a template that only rewrites earlier
+`<think>` blocks: episodes keep the turns as sampled (what the policy saw), which differs from
+what the template would re-render at inference -- the documented fallback (docs/agents.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from posttrain.errors import ConfigError, ModelLoadError
+
+POLICY, ENV, TEMPLATE = 0, 1, 2
+_PROBE_THINK = "<think>\nplan the call\n</think>\n"
+
+
+class TemplateError(ValueError):
+    """A rendered conversation the bridge rule cannot follow (names the problem)."""
+
+
+def _render(tokenizer, messages: Sequence[Mapping], tools_kwargs: Mapping, generation: bool) -> str:
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=generation,
+                                         **tools_kwargs)
+
+
+class ChatFormat:
+    _cache: dict[tuple[int, str], "ChatFormat"] = {}
+
+    def __init__(self, tokenizer, parser=None, template_check: str = "refuse"):
+        if not getattr(tokenizer, "chat_template", None):
+            where = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
+            raise ModelLoadError(f"{where}: no chat template (episodes render task prompts as chat; "
+                                 "add chat_template.jinja to the model directory)")
+        if template_check not in ("refuse", "keep_history", "off"):
+            raise ConfigError(f"rollout.template_check: {template_check!r} is not one of refuse, keep_history, off")
+        self.tokenizer, self.parser, self.template_check = tokenizer, parser, template_check
+        self.checked = False
+        self.problems: list[str] = []
+
+    @classmethod
+    def of(cls, tokenizer, parser=None, template_check: str = "refuse") -> "ChatFormat":
+        key = (id(tokenizer), f"{getattr(parser, 'name', None)}:{template_check}")
+        fmt = cls._cache.get(key)
+        if fmt is None or fmt.tokenizer is not tokenizer:
+            fmt = cls._cache[key] = cls(tokenizer, parser, template_check)
+        return fmt
+
+    # ---- rendering ----
+
+    def _with_tools(self, messages: Sequence[Mapping], tools: Sequence[Mapping] | None) -> tuple[list[Mapping], dict]:
+        if not tools:
+            return list(messages), {}
+        from posttrain.envs.tools.prompt import with_tools
+
+        return with_tools(list(messages), tools, self.parser, self.tokenizer)
+
+    def _encode(self, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+        """Token ids of `text` and each one's source: ENV when it overlaps a content span."""
+        tok = self.tokenizer
+        try:
+            enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = enc["offset_mapping"]
+        except (NotImplementedError, ValueError, KeyError):  # a slow tokenizer: no offsets
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            return ids, [ENV if spans else TEMPLATE] * len(ids)
+        sources = []
+        for start, end in offsets:
+            inside = any(start < e and end > s for s, e in spans) if end > start else False
+            sources.append(ENV if inside else TEMPLATE)
+        return list(enc["input_ids"]), sources
+
+    @staticmethod
+    def _spans(text: str, contents: Sequence[str], start: int = 0) -> list[tuple[int, int]]:
+        spans, at = [], start
+        for c in contents:
+            if not c:
+                continue
+            i = text.find(c, at)
+            if i >= 0:
+                spans.append((i, i + len(c)))
+                at = i + len(c)
+        return spans
+
+    def prompt(self, messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None
+               ) -> tuple[list[int], list[int], list[Mapping], dict]:
+        """(ids, sources, rendered messages, tools kwargs) of the first prompt."""
+        msgs, kwargs = self._with_tools(messages, tools)
+        text = _render(self.tokenizer, msgs, kwargs, True)
+        ids, sources = self._encode(text, self._spans(text, [str(m.get("content", "")) for m in msgs]))
+        return ids, sources, msgs, kwargs
+
+    def bridge_text(self, history: Sequence[Mapping], turn_text: str, stop_text: str | None,
+                    observations: Sequence[Mapping], tools_kwargs: Mapping) -> tuple[str, list[str]]:
+        """The text between a sampled turn (ending with `stop_text`, None: cut by length) and the
+        next turn; and the observation contents it holds, in order."""
+        turn = {"role": "assistant", "content": turn_text}
+        a = _render(self.tokenizer, [*history, turn], tools_kwargs, False)
+        b = _render(self.tokenizer, [*history, turn, *observations], tools_kwargs, True)
+        if not b.startswith(a):
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            raise TemplateError(f"the chat template is not prefix-preserving at a {observations[0]['role']} "
+                                f"message: the conversation before it renders differently once it is added "
+                                f"(first difference at char {at}: {a[at:at + 24]!r} vs {b[at:at + 24]!r})")
+        i = a.rfind(turn_text) if turn_text else len(a.rstrip())
+        if turn_text and i < 0:
+            raise TemplateError("the chat template rewrites assistant turns (the sampled text is not rendered "
+                                "verbatim), so a bridge cannot follow it")
+        suffix = a[i + len(turn_text):] if turn_text else ""
+        if stop_text and suffix.startswith(stop_text):
+            suffix = suffix[len(stop_text):]
+        elif stop_text:  # the model ended its turn with a token the template does not write there
+            suffix = suffix.lstrip()
+        return suffix + b[len(a):], [str(o.get("content", "")) for o in observations]
+
+    def bridge(self, history: Sequence[Mapping], turn_text: str, stop_text: str | None,
+               observations: Sequence[Mapping], tools_kwargs: Mapping) -> tuple[list[int], list[int]]:
+        text, contents = self.bridge_text(history, turn_text, stop_text, observations, tools_kwargs)
+        return self._encode(text, self._spans(text, contents))
+
+    # ---- the self-check ----
+
+    def check(self, tools: Sequence[Mapping] | None = None) -> list[str]:
+        """Problems with this model's template for multi-turn bridges ([] = fine); cached."""
+        if self.checked:
+            return self.problems
+        self.checked = True
+        if self.template_check != "off":
+            self.problems = check_template(self, tools)
+        fatal = [p for p in self.problems if not (self.template_check == "keep_history" and p.startswith("think:"))]
+        if fatal:
+            where = getattr(self.tokenizer, "name_or_path", "") or "the model"
+            kind, message = fatal[0].split(": ", 1)
+            hint = " (rollout.template_check: keep_history keeps such turns as sampled)" if kind == "think" else ""
+            raise ConfigError(f"{where}: chat template refused for multi-turn episodes: {message}{hint}")
+        return self.problems
+
+
+def end_of_turn_text(fmt: ChatFormat, tools_kwargs: Mapping | None = None) -> str | None:
+    """The special token the template writes right after an assistant message's text, if any."""
+    tok = fmt.tokenizer
+    probe = "probe answer"
+    text = _render(tok, [{"role": "user", "content": "q"}, {"role": "assistant", "content": probe}], tools_kwargs or {},
+                   False)
+    after = text[text.rfind(probe) + len(probe):]
+    specials = sorted((s for s in getattr(tok, "all_special_tokens", []) if s and after.startswith(s)), key=len)
+    return specials[-1] if specials else None
+
+
+def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> list[str]:
+    """Rebuild a two-turn conversation the way episodes do and compare it with the template's own
+    rendering of it; each problem is "kind: message" (kinds: think, bridge, turn_end)."""
+    problems: list[str] = []
+    stop = end_of_turn_text(fmt)
+    if stop is None:
+        problems.append("turn_end: the template writes no special token after an assistant message, so the end "
+                        "of a sampled turn cannot be matched to it")
+    call = {"name": "lookup", "arguments": {"q": "x"}}
+    turn1 = (fmt.parser.format_calls([_as_call(call)], "checking") if fmt.parser is not None
+             else "checking <tool_call>" + '{"name": "lookup", "arguments": {"q": "x"}}' + "</tool_call>")
+    start = [{"role": "system", "content": "sys"}, {"role": "user", "content": "question one"}]
+    msgs, kwargs = fmt._with_tools(start, tools)
+    tool_msg = {"role": "tool", "name": "lookup", "content": "result one"}
+    turn2 = _PROBE_THINK + "final answer"
+    user2 = {"role": "user", "content": "question two"}
+    try:
+        text = _render(fmt.tokenizer, msgs, kwargs, True)
+        b1, _ = fmt.bridge_text(msgs, turn1, stop, [tool_msg], kwargs)
+        text += turn1 + (stop or "") + b1
+        hist = [*msgs, {"role": "assistant", "content": turn1}, tool_msg]
+        b2, _ = fmt.bridge_text(hist, turn2, stop, [user2], kwargs)
+        text += turn2 + (stop or "") + b2
+        full = _render(fmt.tokenizer, [*hist, {"role": "assistant", "content": turn2}, user2], kwargs, True)
+    except TemplateError as e:
+        return problems + [f"bridge: {e}"]
+    except Exception as e:  # noqa: BLE001 - a template that cannot render a tool turn at all
+        return problems + [f"bridge: the chat template fails on a tool message ({type(e).__name__}: {e})"]
+    if _PROBE_THINK.strip() not in full:
+        problems.append("think: the chat template strips <think> blocks from earlier assistant turns, so a "
+                        "trajectory (turns as sampled) differs from the template's rendering of it")
+    elif text != full:
+        at = next((i for i, (x, y) in enumerate(zip(text, full)) if x != y), min(len(text), len(full)))
+        lost = full[at:at + 1] if len(full) > len(text) or text[at:at + 1] != full[at:at + 1] else ""
+        what = f"a lost {lost!r} between turns" if lost.isspace() else "a difference between turns"
+        problems.append(f"bridge: rebuilding a conversation turn by turn gives {what} (char {at}: "
+                        f"{text[at:at + 24]!r} vs the template's {full[at:at + 24]!r})")
+    return problems
+
+
+def _as_call(call: Mapping[str, Any]):
+    from posttrain.envs.base import ToolCall
+
+    return ToolCall(name=call["name"], arguments=call["arguments"], id="call_0")
