@@ -56,7 +56,7 @@ class Limits:
     max_turns: int = 1  # sampled assistant turns at most (max_turns)
     max_new_tokens: int = 256  # new tokens per turn (a turn cut here: max_tokens)
     seconds: float = 60.0  # episode wall time, tools included (timeout)
-    max_total_tokens: int = 8192  # prompt + every turn + every bridge (truncated)
+    max_total_tokens: int | None = None  # prompt + every turn + every bridge (truncated); None: the engine's context
     tool_timeout: float = 30.0  # seconds per tool call (its observation says it timed out)
     max_observation_tokens: int = 1024  # an observation longer than this is cut, with a marker
 
