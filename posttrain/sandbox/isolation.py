@@ -71,6 +71,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from typing import Sequence
 
 from posttrain.sandbox.types import SandboxError
 
@@ -195,8 +196,12 @@ class BwrapIsolation:
                 args += ["--ro-bind", host, host]
         return args
 
-    def command(self, argv: list[str], work_dir: str, limits: Limits) -> tuple[list[str], str]:
-        """(full argv, host cwd) that runs `argv` inside the sandbox with `work_dir` as /work."""
+    def command(
+        self, argv: list[str], work_dir: str, limits: Limits, ro_binds: Sequence[tuple[str, str]] = ()
+    ) -> tuple[list[str], str]:
+        """(full argv, host cwd) that runs `argv` inside the sandbox with `work_dir` as /work.
+        `ro_binds`: extra (host path, sandbox path) pairs mounted read-only after /work, so a
+        sandbox path under /work (e.g. /work/tests) can be neither written, renamed nor removed."""
         cmd: list[str] = []
         if self.setpriv:
             cmd += [
@@ -226,6 +231,7 @@ class BwrapIsolation:
             "--remount-ro", "/dev",
             "--size", str(self.tmp_size_bytes), "--tmpfs", "/tmp",
             "--bind", work_dir, WORK_DIR,
+            *[arg for src, dst in ro_binds for arg in ("--ro-bind", src, dst)],
             "--chdir", WORK_DIR,
             "--remount-ro", "/",
             "--",
