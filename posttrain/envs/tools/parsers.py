@@ -52,14 +52,15 @@ class ToolParser(Protocol):
 
 
 def _strip_end(text: str) -> str:
-    text = text.rstrip()
+    """`text` without trailing whitespace and end-of-turn tokens (linear, no copies per token)."""
+    end = len(text)
     while True:
-        for tok in END_TOKENS:
-            if text.endswith(tok):
-                text = text[: -len(tok)].rstrip()
-                break
-        else:
-            return text
+        while end and text[end - 1].isspace():
+            end -= 1
+        tok = next((t for t in END_TOKENS if text.endswith(t, 0, end)), None)
+        if tok is None:
+            return text[:end]
+        end -= len(tok)
 
 
 def _plain(text: str) -> str:
@@ -69,23 +70,24 @@ def _plain(text: str) -> str:
 def _split_think(text: str) -> list[tuple[bool, str]]:
     """[(is_thinking, piece), ...] covering `text` in order."""
     out: list[tuple[bool, str]] = []
+    pos = 0
     close = text.find(_THINK_CLOSE)
     opened = text.find(_THINK_OPEN)
     if close != -1 and (opened == -1 or close < opened):  # the template opened the block
         out.append((True, text[:close]))
-        text = text[close + len(_THINK_CLOSE):]
-    while text:
-        start = text.find(_THINK_OPEN)
+        pos = close + len(_THINK_CLOSE)
+    while pos < len(text):
+        start = text.find(_THINK_OPEN, pos)
         if start == -1:
-            out.append((False, text))
+            out.append((False, text[pos:]))
             break
-        out.append((False, text[:start]))
+        out.append((False, text[pos:start]))
         end = text.find(_THINK_CLOSE, start)
         if end == -1:
             out.append((True, text[start:]))
             break
-        out.append((True, text[start:end + len(_THINK_CLOSE)]))
-        text = text[end + len(_THINK_CLOSE):]
+        pos = end + len(_THINK_CLOSE)
+        out.append((True, text[start:pos]))
     return out
 
 

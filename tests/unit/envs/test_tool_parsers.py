@@ -231,6 +231,18 @@ def test_hostile_input_is_malformed_not_a_crash_or_a_hang(name):
         assert all(len(e.raw) <= MAX_CALL_CHARS for e in a.errors)
 
 
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_many_think_blocks_and_end_tokens_take_linear_time(name):
+    parser = get_parser(name)
+    for text, content in [("<think>x</think>" * 200_000 + "done", "done"), ("ok" + " <|im_end|>\n" * 200_000, "ok"),
+                          ("<think>" * 200_000, "")]:
+        start = time.perf_counter()
+        a = parser.parse(text)
+        assert time.perf_counter() - start < 3
+        assert a.content == content and a.tool_calls == () and a.errors == ()
+
+
 def test_too_long_call_is_named_as_such():
     text = '<tool_call>{"name": "f", "arguments": {"a": "' + "x" * MAX_CALL_CHARS + '"}}</tool_call>'
     assert f"longer than {MAX_CALL_CHARS} characters" in one_error(hermes.parse(text))
