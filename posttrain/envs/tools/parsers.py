@@ -8,7 +8,8 @@
 Three formats (PARSERS, picked by name):
 - hermes (Qwen2.5/3, SmolLM2, NousHermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
   any number per turn; an unclosed last tag is read when its JSON is complete; "arguments" may
-  be a JSON string holding the object.
+  be a JSON string holding the object. A block ends where its JSON ends when `</tool_call>`
+  follows, so the tag inside a string argument does not cut the call.
 - llama3_json (Llama-3.1/3.2): optional `<|python_tag|>`, then `{"name": ..., "parameters": {...}}`
   objects separated by `;` or newlines. Prose that does not start like a call is plain content.
 - pythonic (Llama-3.2/4 pythonic): `[f(x=1), pkg.g(y=[1, 2])]`, read with `ast`, literal keyword
@@ -200,6 +201,11 @@ class HermesParser:
             if turn.full:
                 return "".join(outside)
             body_start = start + len(self.OPEN)
+            whole = self._whole_call(text, body_start)
+            if whole is not None:  # the JSON's own end decides, so "</tool_call>" may sit in a string
+                got, pos = whole
+                turn.add(got, "<tool_call>", text[start:pos])
+                continue
             if close_at != -1 and close_at < body_start:
                 close_at = text.find(self.CLOSE, body_start)
             following = text.find(self.OPEN, body_start)
@@ -207,6 +213,22 @@ class HermesParser:
             body_end = close_at if closed else (following if following != -1 else len(text))
             pos = close_at + len(self.CLOSE) if closed else body_end
             self._read(text[body_start:body_end], text[start:pos], closed, turn)
+
+    def _whole_call(self, text: str, at: int) -> tuple[tuple[str, dict] | str, int] | None:
+        """(call or error, end) when a JSON value at `at` is followed by </tool_call> or the end."""
+        while at < len(text) and text[at].isspace():
+            at += 1
+        try:
+            obj, size = json.JSONDecoder().raw_decode(text[at:at + MAX_CALL_CHARS + 1])
+        except (ValueError, RecursionError):
+            return None
+        end = at + size
+        while end < len(text) and text[end].isspace():
+            end += 1
+        if size > MAX_CALL_CHARS or not (end == len(text) or text.startswith(self.CLOSE, end)):
+            return None
+        end += len(self.CLOSE) if end < len(text) else 0
+        return _json_call(obj, ("arguments", "parameters")), end
 
     @staticmethod
     def _read(body: str, raw: str, closed: bool, turn: _Turn) -> None:

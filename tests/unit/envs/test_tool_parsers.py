@@ -61,7 +61,8 @@ def test_hermes_arguments_as_a_json_string_and_missing_arguments():
 
 
 def test_hermes_braces_and_tags_inside_strings():
-    args = {"code": "if (x) { return '}'; } // {\"name\": 1}", "nested": {"a": {"b": [{"c": "}]"}]}}}
+    args = {"code": "if (x) { return '}'; } // {\"name\": 1}", "nested": {"a": {"b": [{"c": "}]"}]}},
+            "doc": "write <tool_call>{...}</tool_call> to call a tool"}
     a = hermes.parse(f'<tool_call>{json.dumps({"name": "run", "arguments": args})}</tool_call>')
     assert calls(a) == [("run", args)]
 
