@@ -1,0 +1,167 @@
+"""The bfcl env in the real bwrap sandbox: BFCL's API classes answer calls, user turns advance, bad calls
+are error observations, and the state check passes the ground truth and fails a wrong episode."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from posttrain.envs.base import Action, InfraError, ParseError, Resources, ToolCall, make_env
+from posttrain.envs.bfcl import parse_call_string, score_state
+from posttrain.sandbox import SandboxError
+from posttrain.tasks.registry import make_source_tasks
+from posttrain.types import Trajectory
+from posttrain.verifiers.registry import run_verifiers
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return {t.reference["id"]: t for t in make_source_tasks("bfcl_multi_turn_base", None, 0, {})}
+
+
+def gt_turns(task) -> list[list[dict]]:
+    return [[parse_call_string(s) for s in turn] for turn in task.reference["ground_truth"]]
+
+
+def as_action(calls: list[dict], tools=()) -> Action:
+    """Calls as a model makes them: keyword arguments only (a positional one named from the tool schema)."""
+    order = {t["function"]["name"]: list(t["function"]["parameters"]["properties"]) for t in tools}
+    return Action(text="", tool_calls=tuple(
+        ToolCall(c["name"], {**dict(zip(order.get(c["name"], []), c.get("args", []))), **c["arguments"]}) for c in calls))
+
+
+async def play(env, task, turns: list[list[dict]]) -> list:
+    """Each user turn: its calls in one step, then a turn with no call. Returns every step's result."""
+    steps = [None]
+    await env.reset(task)
+    for calls in turns:
+        if calls:
+            steps.append(await env.step(as_action(calls, task.metadata["tools"])))
+        steps.append(await env.step(Action(text="done", content="done")))
+    return steps
+
+
+def test_ground_truth_episode_runs_and_scores_full(sandbox, tasks):
+    task = tasks["multi_turn_base_0"]  # GorillaFileSystem + TwitterAPI, four user turns
+    turns = gt_turns(task)
+    assert all("args" not in c for turn in turns[:2] for c in turn)
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+
+    async def main():
+        messages = await env.reset(task)
+        assert messages == list(task.prompt) and env.tools == task.metadata["tools"]
+        first = await env.step(as_action(turns[0]))  # cd document, mkdir temp, mv final_report.pdf temp
+        assert [o.name for o in first.observations] == ["cd", "mkdir", "mv"] and not first.done
+        assert first.observations[0].content == '{"current_working_directory": "document"}'
+        assert all(o.role == "tool" and not o.error for o in first.observations)
+        nxt = await env.step(Action(text="Moved it.", content="Moved it."))
+        assert not nxt.done and [o.role for o in nxt.observations] == ["user"]
+        assert nxt.observations[0].content == task.reference["questions"][1][0]["content"]
+        listing = await env.step(Action(text="", tool_calls=(ToolCall("cd", {"folder": "temp"}), ToolCall("ls", {}))))
+        assert listing.observations[1].content == '{"current_directory_content": ["final_report.pdf"]}'
+        return env.state()
+
+    state = asyncio.run(main())
+    assert state == {"calls": [turns[0], [{"name": "cd", "arguments": {"folder": "temp"}}, {"name": "ls", "arguments": {}}]]}
+    # the whole ground truth, played as an episode, ends done and scores 1
+    steps = asyncio.run(play(env, task, turns))
+    assert steps[-1].done and sum(1 for s in steps[1:] if s.done) == 1
+    scores = env.score(task, env.state())
+    assert [(s.value, s.verifier) for s in scores] == [(1.0, "env_score")], scores[0].details
+
+
+def test_bad_calls_are_error_observations_not_crashes(sandbox, tasks):
+    task = tasks["multi_turn_base_0"]
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+
+    async def main():
+        await env.reset(task)
+        return await env.step(Action(text="", errors=(ParseError("malformed", "unreadable <tool_call>"),), tool_calls=(
+            ToolCall("no_such_tool", {}), ToolCall("mkdir", {"name": "x"}), ToolCall("mkdir", {"dir_name": 5}),
+            ToolCall("ls", {}))))
+
+    result = asyncio.run(main())
+    assert [(o.error, o.name) for o in result.observations] == [
+        ("malformed", ""), ("unknown_tool", "no_such_tool"), ("bad_arguments", "mkdir"), ("tool_failed", "mkdir"), ("", "ls")]
+    assert all(o.content.startswith("Error (") for o in result.observations[:4])
+    assert "dir_name" in result.observations[2].content
+    # failed calls are kept in the state: a replay runs exactly what the episode ran
+    assert len(env.state()["calls"][0]) == 4
+
+
+def test_wrong_episodes_fail_the_state_check(sandbox, tasks):
+    task = tasks["multi_turn_base_0"]
+    turns = gt_turns(task)
+    wrong_dir = [turns[0][:2] + [{"name": "mv", "arguments": {"source": "final_report.pdf", "destination": "archive"}}]] + turns[1:]
+    got = score_state(sandbox, task.reference, {"calls": wrong_dir})
+    assert got.value == 0.0 and got.details["error_type"] == "multi_turn:instance_state_mismatch"
+    assert "GorillaFileSystem" in got.details["error"]
+    skipped = score_state(sandbox, task.reference, {"calls": [turns[0], []] + turns[2:]})
+    assert skipped.details["error_type"] == "multi_turn:empty_turn_model_response"
+    short = score_state(sandbox, task.reference, {"calls": turns[:2]})
+    assert short.value == 0.0 and short.details["error_type"] == "multi_turn:force_terminated"
+    # same final state, but the grep result the user asked for in turn 1 was never fetched
+    no_grep = [turns[0], [c for c in turns[1] if c["name"] != "grep"]] + turns[2:]
+    missed = score_state(sandbox, task.reference, {"calls": no_grep})
+    assert missed.details["error_type"] == "multi_turn:execution_response_mismatch"
+
+
+def test_ground_truth_of_every_class_scores_full_and_a_dropped_call_does_not(sandbox, tasks):
+    picked: dict[str, object] = {}
+    for task in tasks.values():  # one task per API class (MathAPI: mpmath shipped into the sandbox)
+        for cls in task.reference["involved_classes"]:
+            picked.setdefault(cls, task)
+    assert len(picked) == 8
+    for task in {t.id: t for t in picked.values()}.values():
+        turns = gt_turns(task)
+        assert score_state(sandbox, task.reference, {"calls": turns}).value == 1.0, task.id
+        k = next(i for i, turn in enumerate(turns) if turn)
+        dropped = [[] if i == k else t for i, t in enumerate(turns)]
+        assert score_state(sandbox, task.reference, {"calls": dropped}).value == 0.0, task.id
+
+
+def test_math_api_runs_with_mpmath(sandbox, tasks):
+    task = next(t for t in tasks.values() if t.reference["involved_classes"] == ["MathAPI"] or "MathAPI" in t.reference["involved_classes"])
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+
+    async def main():
+        await env.reset(task)
+        return await env.step(Action(text="", tool_calls=(ToolCall("logarithm", {"value": 100, "base": 10, "precision": 5}),)))
+
+    assert asyncio.run(main()).observations[0].content == "{'result': mpf('2.0')}"
+
+
+def test_env_score_verifier_scores_the_saved_state(sandbox, tasks, monkeypatch):
+    import posttrain.verifiers.env_score as env_score
+
+    monkeypatch.setattr(env_score, "_resources", Resources(sandbox_factory=lambda: sandbox))
+    task = tasks["multi_turn_base_1"]
+    traj = Trajectory(task_id=task.id, token_ids=(), loss_mask=(), logprobs=(), prompt_len=0,
+                      final_state={"calls": gt_turns(task)})
+    scores, failures = run_verifiers(task, traj)
+    assert not failures and [s.value for s in scores] == [1.0]
+
+
+class _Broken:
+    def __init__(self, error: bool) -> None:
+        self.error = error
+
+    def run(self, request):
+        if self.error:
+            raise SandboxError("pool is closed")
+        from posttrain.sandbox import CommandResult, RunResult, Status
+
+        return RunResult(compile=None, run=CommandResult(Status.FINISHED, 0, "no report here\n", "", 0.0, 0.0))
+
+
+@pytest.mark.parametrize("error", [True, False])
+def test_sandbox_failure_is_infra_error(tasks, error):
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: _Broken(error)))
+
+    async def main():
+        await env.reset(tasks["multi_turn_base_0"])
+        await env.step(Action(text="", tool_calls=(ToolCall("ls", {}),)))
+
+    with pytest.raises(InfraError):
+        asyncio.run(main())
