@@ -160,8 +160,9 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
         action, errors = _checked_action(fmt, turn_text, tools)
         stats["tool_calls"] += len(action.tool_calls) + len(errors)
         t1 = time.perf_counter()
-        try:
-            obs, done, info = await asyncio.wait_for(env.step(action), max(left(), 0.001))
+        try:  # a turn whose every call failed is not an answer: the model gets the errors and goes on
+            obs, done, info = ([], False, {}) if errors and not action.tool_calls else \
+                await asyncio.wait_for(env.step(action), max(left(), 0.001))
         except asyncio.TimeoutError:
             stop = "timeout"
             break

@@ -189,6 +189,11 @@ def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> l
     turn2 = _PROBE_THINK + "final answer"
     user2 = {"role": "user", "content": "question two"}
     try:
+        probe = _render(fmt.tokenizer, [*msgs, {"role": "assistant", "content": turn2}, user2], kwargs, False)
+        if _PROBE_THINK.strip() not in probe:
+            problems.append("think: the chat template strips <think> blocks from earlier assistant turns, so a "
+                            "trajectory (turns as sampled) differs from the template's rendering of it")
+            turn2 = "final answer"  # the rest of the check without the think block
         text = _render(fmt.tokenizer, msgs, kwargs, True)
         b1, _ = fmt.bridge_text(msgs, turn1, stop, [tool_msg], kwargs)
         text += turn1 + (stop or "") + b1
@@ -200,10 +205,7 @@ def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> l
         return problems + [f"bridge: {e}"]
     except Exception as e:  # noqa: BLE001 - a template that cannot render a tool turn at all
         return problems + [f"bridge: the chat template fails on a tool message ({type(e).__name__}: {e})"]
-    if _PROBE_THINK.strip() not in full:
-        problems.append("think: the chat template strips <think> blocks from earlier assistant turns, so a "
-                        "trajectory (turns as sampled) differs from the template's rendering of it")
-    elif text != full:
+    if text != full:
         at = next((i for i, (x, y) in enumerate(zip(text, full)) if x != y), min(len(text), len(full)))
         lost = full[at:at + 1] if len(full) > len(text) or text[at:at + 1] != full[at:at + 1] else ""
         what = f"a lost {lost!r} between turns" if lost.isspace() else "a difference between turns"
