@@ -2,6 +2,7 @@
 
     posttrain verify code --tasks TASKS.jsonl --completions COMPLETIONS.jsonl --out RESULTS.jsonl
     posttrain verify math --pairs PAIRS.jsonl --out RESULTS.jsonl
+    posttrain verify tools --category simple_python --completions C.jsonl --out R.jsonl [--parser hermes]
     posttrain verify spotcheck RUN_DIR --n 50          # -> RUN_DIR/spotcheck/spotcheck.{html,jsonl}
     posttrain verify calibrate RUN_DIR --labels FILE   # precision / recall per verifier, and
                                                        # RUN_DIR/verifier_thresholds.json
@@ -49,6 +50,24 @@ def math(
 
     s = verify_pairs(pairs, out)
     err.print(f"[bold green]checked[/] {s['n']} pairs: {s['correct']} correct ({s['accuracy']:.1%}) -> {out}")
+
+
+@app.command("tools")
+def tools(
+    category: str = typer.Option(..., "--category", help="A BFCL v4 single-turn category: simple_python, multiple, parallel, "
+                                                         "parallel_multiple, irrelevance, live_simple, ..."),
+    completions: str = typer.Option(..., "--completions", help="JSONL lines with `id` (a BFCL id) and `completion` (raw model text)."),
+    out: str = typer.Option(..., "--out", help="Results JSONL: id, passed, error."),
+    parser: str = typer.Option("hermes", "--parser", help="Tool-call format of the completions: hermes, llama3_json, pythonic."),
+    keep_dots: bool = typer.Option(False, "--keep-dots", help="The model saw BFCL's function names with dots "
+                                                              "(default: '.' became '_', as in our tool schemas)."),
+) -> None:
+    """Score raw function-calling completions with our BFCL AST checker (the bfcl_ast verifier's rules)."""
+    from posttrain.verifiers.bfcl_cli import verify_tools_files
+
+    s = verify_tools_files(category, completions, out, parser=parser, dots=keep_dots)
+    err.print(f"[bold green]checked[/] {s['completions']} completions of {s['ids']} {category} entries: "
+              f"{s['passed']} passed (accuracy {s['accuracy']:.1%}) -> {out}")
 
 
 @app.command("spotcheck")
