@@ -25,7 +25,8 @@ everything left in the pid namespace.
 When the host process is not root, setpriv is skipped and bwrap runs as the current user.
 
 What this protects against (each has a hostile test in tests/sandbox/):
-- reading host files: only /usr, a generated /etc (passwd, group, hosts; no shadow) and the
+- reading host files: only /usr, a generated /etc (passwd, group, hosts, the /etc/alternatives
+  links into /usr; no shadow) and the
   run's own work dir are visible; the program runs as an unprivileged host uid, so even a
   mount escape would not make /root or /etc/shadow readable;
 - writing host files: everything but /work, /tmp and /dev/shm is read-only; /tmp and
@@ -137,6 +138,18 @@ _ETC_FILES = {
 }
 
 
+def _mirror_alternatives(dest: str, source: str = "/etc/alternatives") -> None:
+    """Debian's /etc/alternatives links (/usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk),
+    copied as links into the generated /etc, for those that point into /usr (all the sandbox sees)."""
+    if not os.path.isdir(source):
+        return
+    os.mkdir(dest, 0o755)
+    for name in os.listdir(source):
+        target = os.path.join(source, name)
+        if os.path.islink(target) and os.readlink(target).startswith("/usr/"):
+            os.symlink(os.readlink(target), os.path.join(dest, name))
+
+
 class BwrapIsolation:
     """Builds the setpriv + bwrap + prlimit command line. Stateless apart from a tiny /etc."""
 
@@ -174,6 +187,7 @@ class BwrapIsolation:
         for fname, text in _ETC_FILES.items():
             with open(os.path.join(self._etc, fname), "w") as f:
                 f.write(text.format(uid=self.uid, gid=self.gid))
+        _mirror_alternatives(os.path.join(self._etc, "alternatives"))
         os.chmod(self._etc, 0o755)
         self._system = self._system_mounts()
 

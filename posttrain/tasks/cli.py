@@ -2,6 +2,7 @@
 
     posttrain tasks list
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
+    posttrain tasks validate posttrain/data/terminal_tasks [--json]            # see tasks/validate.py
 """
 
 from __future__ import annotations
@@ -95,3 +96,32 @@ def tasks_build(
     Console().print(summary_table(report))
     _examples("duplicate", report.duplicates)
     _examples("leak", report.leaks)
+
+
+@app.command("validate")
+def tasks_validate(
+    directory: str = typer.Argument(..., metavar="DIR", help="A terminal task folder, or a directory of them."),
+    as_json: bool = typer.Option(False, "--json", help='Print [{"task", "ok", "reason"}, ...] instead of a table.'),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Folders validated at the same time."),
+) -> None:
+    """Check terminal task folders through the terminal env: each must load, its untouched state must
+    fail its tests and its oracle solution/solve.sh must pass them. Exits 1 when any folder fails."""
+    import asyncio
+    import json
+
+    from posttrain.tasks.validate import validate_dir
+
+    results = asyncio.run(validate_dir(directory, jobs=jobs))
+    if as_json:
+        print(json.dumps([r.to_json() for r in results], indent=1))
+    else:
+        bad = sum(not r.ok for r in results)
+        table = Table(title=f"{len(results)} task folders, {bad} failing", title_justify="left")
+        table.add_column("task", style="bold")
+        table.add_column("ok")
+        table.add_column("reason")
+        for r in results:
+            table.add_row(r.task, "[green]yes" if r.ok else "[red]NO", r.reason)
+        Console().print(table)
+    if not results or any(not r.ok for r in results):
+        raise typer.Exit(1)

