@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from posttrain.envs.base import Action, Env, InfraError, Observation
+from posttrain.errors import ConfigError
 from posttrain.envs.template import POLICY, ChatFormat, TemplateError
 from posttrain.rollout.engine import SamplingParams
 from posttrain.types import Limits, Task, Trajectory
@@ -157,7 +158,11 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
                 stop_text, out = last, out[:-1]
         turn_text = fmt.tokenizer.decode(out, skip_special_tokens=False)
         last_text = fmt.tokenizer.decode(list(completion.token_ids), skip_special_tokens=True)
-        action, errors = _checked_action(fmt, turn_text, tools)
+        try:
+            action, errors = _checked_action(fmt, turn_text, tools)
+        except ConfigError as e:  # the task's own tool schema is broken: not the model's fault
+            notes["env_error"], stop = str(e), "env_error"
+            break
         stats["tool_calls"] += len(action.tool_calls) + len(errors)
         t1 = time.perf_counter()
         try:  # a turn whose every call failed is not an answer: the model gets the errors and goes on

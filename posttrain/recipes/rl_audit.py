@@ -43,8 +43,8 @@ def rollout_records(step: int, groups: list[Group]) -> list[dict]:
                 "completion": traj.text, "reference": _jsonable(g.task.reference),
                 "scores": {s.verifier: s.value for s in traj.scores}, "score": raw, "reward": traj.reward,
                 "finish_reason": traj.finish_reason, "turns": traj.turns, "policy_version": traj.policy_version,
-                "temperature": traj.sampling.temperature,
-                "events": list(traj.events),
+                "temperature": traj.sampling.temperature, "stop_reason": traj.stop_reason,
+                "events": list(traj.events), **({"episode": dict(traj.stats)} if traj.turns > 1 else {}),
             })
     return out
 

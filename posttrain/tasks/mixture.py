@@ -11,7 +11,9 @@ keeps. Sources:
   questions of the held-out eval items; eval tasks are the first items from the eval seed,
   the same ones `posttrain eval` scores;
 - JSONL: the file's tasks in an order reshuffled every pass, the last `eval_tasks` lines
-  held out for eval.
+  held out for eval;
+- a registered source (tasks/registry.py: humaneval, bfcl_*, terminal, needle, ...): its tasks
+  the same way; with `options: {split: train}` eval takes the source's `test` split instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Protocol, Sequence
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
 from posttrain.tasks.jsonl import load_tasks
+from posttrain.tasks.registry import is_source
 from posttrain.types import Task
 
 BLOCK = 64  # reasoning-gym items built at a time
@@ -79,14 +82,13 @@ class GymSource:
         self.cursor = int(state["cursor"])
 
 
-class JsonlSource:
-    def __init__(self, domain: str, path: str, seed: int, n_eval: int):
-        tasks = load_tasks(path, domain)
-        if n_eval and len(tasks) <= n_eval:
-            raise ConfigError(f"domain {domain!r}: {path} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
-        self.domain, self.seed = domain, seed
-        self.train = tasks[: len(tasks) - n_eval] if n_eval else tasks
-        self.held_out = tasks[len(tasks) - n_eval :] if n_eval else []
+class ListSource:
+    """A fixed task list: handed out in an order reshuffled every pass, `held_out` kept for eval."""
+
+    def __init__(self, domain: str, train: list[Task], held_out: list[Task], seed: int):
+        if not train:
+            raise ConfigError(f"domain {domain!r}: no training tasks left")
+        self.domain, self.seed, self.train, self.held_out = domain, seed, train, held_out
         self.cursor = 0  # tasks handed out so far (over all passes)
         self._cached: tuple[int, list[int]] = (-1, [])  # (pass, its order)
 
@@ -113,6 +115,31 @@ class JsonlSource:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cursor = int(state["cursor"])
+
+
+def jsonl_source(domain: str, path: str, seed: int, n_eval: int) -> ListSource:
+    """A JSONL file's tasks; its last `n_eval` lines held out for eval."""
+    tasks = load_tasks(path, domain)
+    if n_eval and len(tasks) <= n_eval:
+        raise ConfigError(f"domain {domain!r}: {path} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
+    return ListSource(domain, tasks[: len(tasks) - n_eval] if n_eval else tasks,
+                      tasks[len(tasks) - n_eval:] if n_eval else [], seed)
+
+
+def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: int, n_eval: int) -> ListSource:
+    """A registered task source (tasks/registry.py: humaneval, bfcl_*, terminal, ...). With
+    `split: train` in its options, eval takes `n_eval` tasks of the source's own `test` split (no
+    overlap); otherwise its last `n_eval` tasks are held out."""
+    from posttrain.tasks.registry import make_source_tasks
+
+    tasks = make_source_tasks(domain, None, task_seed, options)
+    if options.get("split") == "train":
+        held_out = make_source_tasks(domain, None, task_seed, {**options, "split": "test"})[:n_eval]
+        return ListSource(domain, tasks, held_out, seed)
+    if n_eval and len(tasks) <= n_eval:
+        raise ConfigError(f"domain {domain!r}: the source has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
+    return ListSource(domain, tasks[: len(tasks) - n_eval] if n_eval else tasks,
+                      tasks[len(tasks) - n_eval:] if n_eval else [], seed)
 
 
 class Mixture:
@@ -202,7 +229,9 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     sources: list[Source] = []
     for d in domains:
         if d.path is not None:
-            source: Source = JsonlSource(d.name, d.path, seed, d.eval_tasks)
+            source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
+        elif is_source(d.name):
+            source = registry_source(d.name, dict(d.options), task_seed, seed, d.eval_tasks)
         else:
             source = GymSource(d.name, d.options, task_seed, d.eval_tasks, d.holdout)
         custom = d.verifiers is not None or d.verifier_options or d.combine != "mean" or d.verifier_thresholds

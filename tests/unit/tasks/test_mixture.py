@@ -11,7 +11,7 @@ import pytest
 from posttrain.config import DomainConfig
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
-from posttrain.tasks.mixture import GymSource, JsonlSource, Mixture, build_mixture
+from posttrain.tasks.mixture import GymSource, jsonl_source, Mixture, build_mixture
 
 # A small problem space (two 1-2 digit terms): questions repeat across seeds, so held-out
 # eval questions really do turn up among the training seeds and must be skipped.
@@ -78,7 +78,7 @@ def test_unknown_gym_domain_lists_valid_names():
 
 
 def test_jsonl_source_reshuffles_each_pass_and_holds_out_the_tail(tmp_path):
-    src = JsonlSource("qa", jsonl(tmp_path, "qa", 12), seed=3, n_eval=2)
+    src = jsonl_source("qa", jsonl(tmp_path, "qa", 12), seed=3, n_eval=2)
     assert ids(src.eval_tasks()) == ["qa/q10", "qa/q11"]
     train = {f"qa/q{i}" for i in range(10)}
     passes = [ids(src.take(10)) for _ in range(4)]
@@ -87,9 +87,9 @@ def test_jsonl_source_reshuffles_each_pass_and_holds_out_the_tail(tmp_path):
     assert len({tuple(p) for p in passes}) == 4  # and a different one every time
     assert src.cursor == 40
     # a take that straddles a pass boundary continues in the next pass's order
-    again = JsonlSource("qa", jsonl(tmp_path, "qa", 12), seed=3, n_eval=2)
+    again = jsonl_source("qa", jsonl(tmp_path, "qa", 12), seed=3, n_eval=2)
     assert ids(again.take(7)) + ids(again.take(7)) == (passes[0] + passes[1])[:14]
-    other_seed = JsonlSource("qa", jsonl(tmp_path, "qa", 12), seed=4, n_eval=2)
+    other_seed = jsonl_source("qa", jsonl(tmp_path, "qa", 12), seed=4, n_eval=2)
     assert ids(other_seed.take(10)) != passes[0]
 
 
@@ -104,7 +104,7 @@ def test_jsonl_source_shuffles_once_per_pass(tmp_path, monkeypatch):
             super().__init__(seed)
 
     monkeypatch.setattr(mixture.random, "Random", Counting)
-    src = JsonlSource("qa", jsonl(tmp_path, "qa", 10), seed=0, n_eval=0)
+    src = jsonl_source("qa", jsonl(tmp_path, "qa", 10), seed=0, n_eval=0)
     src.take(25)  # passes 0, 1 and half of 2
     src.take(5)
     assert len(made) == 3  # (a shuffle per task made a 100k-line file cost seconds per step)
@@ -112,10 +112,10 @@ def test_jsonl_source_shuffles_once_per_pass(tmp_path, monkeypatch):
 
 def test_jsonl_source_without_eval_and_too_small(tmp_path):
     path = jsonl(tmp_path, "qa", 3)
-    src = JsonlSource("qa", path, seed=0, n_eval=0)
+    src = jsonl_source("qa", path, seed=0, n_eval=0)
     assert src.eval_tasks() == [] and sorted(ids(src.take(3))) == ["qa/q0", "qa/q1", "qa/q2"]
     with pytest.raises(ConfigError, match=r"'qa': .*qa.jsonl has 3 tasks, too few to hold out eval_tasks=3"):
-        JsonlSource("qa", path, seed=0, n_eval=3)
+        jsonl_source("qa", path, seed=0, n_eval=3)
 
 
 # ---------------------------------------------------------------- mixture
@@ -164,7 +164,7 @@ def test_domain_draws_depend_only_on_seed_step_attempt(tmp_path):
 
 
 def test_sample_follows_weights(tmp_path):
-    mix = Mixture([JsonlSource("a", jsonl(tmp_path, "a", 50), 0, 0), JsonlSource("b", jsonl(tmp_path, "b", 50), 0, 0)],
+    mix = Mixture([jsonl_source("a", jsonl(tmp_path, "a", 50), 0, 0), jsonl_source("b", jsonl(tmp_path, "b", 50), 0, 0)],
                   [3.0, 1.0], seed=7)
     counts = Counter()
     for step in range(100):
