@@ -48,6 +48,7 @@ from posttrain.sandbox.types import SandboxError
 from posttrain.sandbox.workdir import disk_usage, remove_work_dir
 
 DISK_POLL_S = 1.0
+KILL_GRACE_S = 2.0  # after killing the sandbox's pid 1: how long bwrap may take to exit
 START_TIMEOUT_S = 20.0
 READ_CHUNK = 1 << 16
 _MARGIN = 128  # bytes a sentinel line takes at most
@@ -177,13 +178,13 @@ class ShellSession:
         self._stopped = True
         if proc is None or proc.poll() is not None:
             return
-        _, children = tree_snapshot(proc.pid)
-        for child in children:  # the sandbox's pid 1: its pid namespace dies with it
-            _kill(child, group=False)
-        _kill(proc.pid, group=True)
-        deadline = time.monotonic() + 2.0
+        _kill_sandbox(proc)
+        deadline = time.monotonic() + KILL_GRACE_S
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
+        if proc.poll() is None:
+            _kill(proc.pid, group=True)
+            proc.wait()
 
     async def close(self) -> None:
         if self._watchdog is not None:
@@ -200,15 +201,11 @@ class ShellSession:
         if proc is None:
             return
         if proc.poll() is None:
-            _, children = tree_snapshot(proc.pid)
-            for child in children:
-                _kill(child, group=False)
-            _kill(proc.pid, group=True)
-        for _ in range(400):
-            if proc.poll() is not None:
-                break
+            _kill_sandbox(proc)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while proc.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-        else:
+        if proc.poll() is None:
             _kill(proc.pid, group=True)
             proc.wait()
 
@@ -255,6 +252,9 @@ class ShellSession:
                         dropped += excess
         except TimeoutError:
             timed_out = True
+        except asyncio.CancelledError:  # the episode was cancelled mid-command: the next run starts afresh
+            self._stopped = True
+            raise
         if not found and not (timed_out or eof):  # a cancelled read: nothing else leaves the loop
             raise RuntimeError("shell session: read ended without a sentinel")
         end = found.start() if found else len(kept)
@@ -276,6 +276,17 @@ class ShellSession:
             code = self._proc.returncode
         await self._restart()
         return CommandOutput(out, code, timed_out, truncated, seconds, restarted=True, reason=reason)
+
+
+def _kill_sandbox(proc: subprocess.Popen) -> None:
+    """SIGKILL the sandbox's pid 1. The kernel then kills everything in its pid namespace and
+    reports pid 1's death (so bwrap exits) only once they are all gone: bwrap's exit is the
+    proof that nothing is left, so bwrap itself is killed only when it does not exit."""
+    _, children = tree_snapshot(proc.pid)
+    for child in children:
+        _kill(child, group=False)
+    if not children:
+        _kill(proc.pid, group=True)
 
 
 def _kill(pid: int, group: bool) -> None:
