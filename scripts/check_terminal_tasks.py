@@ -17,7 +17,8 @@ instruction.md, task.toml keys and types, solution/solve.sh, tests/, size under 
 
 Decisions: runs as the current user with the host's tools (no isolation: only for our own
 trusted tasks); pytest runs with -p no:cacheprovider so no cache is left in the work dir;
-one line per task, exit status 1 when any task is wrong.
+one line per task, exit status 1 when any task is wrong. The terminal env's own check, which
+runs the same steps in the real sandbox, is `posttrain tasks validate DIR`.
 """
 
 from __future__ import annotations
@@ -50,18 +51,17 @@ def shape_errors(task: Path) -> list[str]:
     errors = []
     if not re.fullmatch(r"[a-z0-9_-]+", task.name):
         errors.append(f"name {task.name!r} is not [a-z0-9_-]+")
-    for part in ("instruction.md", "task.toml", "environment", "solution/solve.sh", "tests"):
-        if not (task / part).exists():
-            errors.append(f"missing {part}")
+    missing = [part for part in ("instruction.md", "task.toml", "environment", "solution/solve.sh", "tests")
+               if not (task / part).exists()]
+    if missing:
+        return errors + [f"missing {part}" for part in missing]
     size = sum(p.stat().st_size for p in task.rglob("*") if p.is_file())
     if size > MAX_TASK_BYTES:
         errors.append(f"{size} bytes > {MAX_TASK_BYTES}")
-    if errors:
-        return errors
     try:
         conf = tomllib.loads((task / "task.toml").read_text())
     except tomllib.TOMLDecodeError as e:
-        return [f"task.toml: {e}"]
+        return errors + [f"task.toml: {e}"]
     if conf.get("version") != "1.0":
         errors.append("task.toml: version must be \"1.0\"")
     for key, value in conf.items():
@@ -104,12 +104,15 @@ def prepare(task: Path, tmp: Path) -> Path:
 
 def score(task: Path, work: Path) -> tuple[float, str]:
     """Copy tests/ in and compute the reward as the folder format defines it; also the last output."""
-    shutil.rmtree(work / "tests", ignore_errors=True)
-    if (work / "tests").exists() or (work / "tests").is_symlink():
-        (work / "tests").unlink()
-    shutil.copytree(task / "tests", work / "tests")
-    timeout = tomllib.loads((task / "task.toml").read_text()).get("verifier", {}).get("timeout_sec", 60.0)
-    checks = tomllib.loads((task / "task.toml").read_text()).get("checks", [])
+    left = work / "tests"  # whatever the episode left there is replaced
+    if left.is_dir() and not left.is_symlink():
+        shutil.rmtree(left)
+    elif left.exists() or left.is_symlink():
+        left.unlink()
+    shutil.copytree(task / "tests", left)
+    conf = tomllib.loads((task / "task.toml").read_text())
+    timeout = conf.get("verifier", {}).get("timeout_sec", 60.0)
+    checks = conf.get("checks", [])
     if (work / "tests" / "test.sh").exists() and not checks:
         reward_file = work.parent / "reward.txt"
         env = dict(os.environ, REWARD_FILE=str(reward_file))
@@ -168,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of task folders")
     ap.add_argument("-v", "--verbose", action="store_true", help="print test output for passing tasks too")
     args = ap.parse_args(argv)
-    tasks = [args.root / n for n in args.names] or sorted(p for p in args.root.iterdir() if (p / "task.toml").exists()
-                                                          or (p / "instruction.md").exists())
+    tasks = [args.root / n for n in args.names] or sorted(p for p in args.root.iterdir() if p.is_dir())
     missing = [t.name for t in tasks if not t.is_dir()]
     if missing:
         print(f"error: no task folder {', '.join(missing)} under {args.root}")
