@@ -4,6 +4,10 @@ are error observations, and the state check passes the ground truth and fails a 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +145,52 @@ def test_env_score_verifier_scores_the_saved_state(sandbox, tasks, monkeypatch):
                       final_state={"calls": gt_turns(task)})
     scores, failures = run_verifiers(task, traj)
     assert not failures and [s.value for s in scores] == [1.0]
+
+
+def _call_string(call: dict) -> str:
+    parts = [repr(a) for a in call.get("args", [])] + [f"{k}={v!r}" for k, v in call["arguments"].items()]
+    return f"{call['name']}({', '.join(parts)})"
+
+
+def _variants(turns: list[list[dict]]) -> dict[str, list[list[dict]]]:
+    """The ground truth and episodes that differ from it: a call dropped or doubled, a turn's calls late or early."""
+    k = next(i for i, turn in enumerate(turns) if turn)
+    out = {"truth": turns,
+           "drop_last": [t[:-1] if i == k else t for i, t in enumerate(turns)],
+           "drop_first": [t[1:] if i == k else t for i, t in enumerate(turns)],
+           "doubled": [t + t if i == k else t for i, t in enumerate(turns)]}
+    if len(turns) > 1:
+        out["late"] = [[]] + [turns[0] + turns[1]] + turns[2:]
+        out["early"] = [turns[0] + turns[1]] + [[]] + turns[2:]
+    return out
+
+
+def test_verdicts_equal_bfcls_multi_turn_checker(sandbox, tasks, tmp_path):
+    picked: dict[str, object] = {}
+    for task in tasks.values():
+        picked.setdefault(tuple(sorted(task.reference["involved_classes"])), task)
+    cases = []
+    for task in list(picked.values())[:12]:
+        ref = task.reference
+        for label, turns in _variants(gt_turns(task)).items():
+            cases.append({"id": ref["id"], "label": label, "involved_classes": ref["involved_classes"],
+                          "initial_config": ref["initial_config"], "ground_truth": ref["ground_truth"],
+                          "ours": turns, "calls": [[_call_string(c) for c in turn] for turn in turns]})
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bfcl_reference_verdicts.py"
+    proc = subprocess.run([sys.executable, str(script), "--multi-turn", str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reference = json.loads(proc.stdout)
+    got = []
+    for case in cases:
+        score = score_state(sandbox, case, {"calls": case["ours"]})
+        got.append({"valid": score.value == 1.0, "error_type": "" if score.value == 1.0 else score.details["error_type"]})
+    differ = [(c["id"], c["label"], g, r) for c, g, r in zip(cases, got, reference) if g != r]
+    print(f"\nbfcl env vs BFCL multi_turn_checker: {len(cases) - len(differ)}/{len(cases)} verdicts equal")
+    assert not differ, differ
+    kinds = {r["error_type"] for r in reference}
+    assert {"", "multi_turn:empty_turn_model_response", "multi_turn:instance_state_mismatch"} <= kinds
 
 
 class _Broken:
