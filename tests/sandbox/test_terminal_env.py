@@ -101,6 +101,8 @@ async def test_reset_gives_the_system_message_and_the_instruction(tmp_path, iso)
         res = await env.step(call("python3 add.py 1 2; ls"))
         assert res.observations[0].content == "['1', '2']\nadd.py\n[exit code 0]" and not res.done
         assert res.info["commands"] == 1 and res.info["env_seconds"] > 0
+        res = await env.step(call("test -e /solution || echo no-solution-here"))
+        assert res.observations[0].content == "no-solution-here\n[exit code 0]"  # only the oracle run sees it
         res = await env.step(Action(text="I am done.", content="I am done."))
         assert res.done and res.observations == []
     finally:
