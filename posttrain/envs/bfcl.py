@@ -16,8 +16,10 @@ Execution: BFCL's class sources (read as text from the bfcl-eval wheel, tasks/bf
 the sandbox under bfcl_runner.py, never in our process. Each step replays every call so far in a
 fresh sandbox run (the classes are deterministic: seeded randomness, no clock in their public
 state), so no process lives between steps and a saved state re-runs anywhere. A sandbox failure or a
-run without its JSON line is InfraError (retried, never scored). MathAPI imports mpmath, which the
-sandbox's system Python lacks: its pure-Python source is shipped with tasks that involve MathAPI.
+run without its JSON line is InfraError (retried, never scored); a step whose calls hit the sandbox's
+time or memory limit (the task's `limits.tool_timeout` bounds a step's run) answers each new call
+with a tool_timeout error and drops them from the state. MathAPI imports mpmath, which the sandbox's
+system Python lacks: its pure-Python source is shipped with tasks that involve MathAPI.
 
 Scoring is BFCL's multi-turn check: the episode must reach every user question; after each question
 whose ground truth has calls, the model must have called something in it, every public attribute of
@@ -39,13 +41,18 @@ from typing import Any, Mapping
 from posttrain.envs.base import (
     Action, InfraError, Observation, Resources, StepResult, error_observation, register_env,
 )
-from posttrain.sandbox import RunRequest, SandboxError
+from posttrain.sandbox import RunRequest, SandboxError, Status
 from posttrain.tasks.bfcl_data import CLASS_FILES, STATELESS_CLASSES, class_sources, mpmath_files
 from posttrain.types import Message, Score, Task
 
 RUNNER = (Path(__file__).with_name("bfcl_runner.py")).read_text(encoding="utf-8")
 RUN_TIMEOUT_S = 30.0
 MEMORY_MB = 1024
+LIMITS = (Status.TIME_LIMIT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT)
+
+
+class ToolLimitError(InfraError):
+    """The run hit the sandbox's time, memory or output limit (in a step: the new calls' fault)."""
 
 
 def parse_call_string(text: str) -> dict:
@@ -88,6 +95,8 @@ def run_calls(sandbox, reference: Mapping[str, Any], runs: Mapping[str, list], c
     except SandboxError as e:
         raise InfraError(f"bfcl: sandbox failed: {e}") from e
     run = result.run
+    if run is not None and run.status in LIMITS:
+        raise ToolLimitError(f"bfcl: the calls hit the sandbox's limit ({run.status.value})")
     lines = [ln for ln in (run.stdout if run else "").splitlines() if ln.startswith("{")]
     if run is None or not result.ok or not lines:
         why = (run.stderr.strip().splitlines() or ["no output"])[-1] if run else "did not run"
@@ -129,8 +138,12 @@ class BfclEnv:
             new = [{"name": c.name, "arguments": _plain(dict(c.arguments))} for c in action.tool_calls]
             turns = self._calls[:-1] + [self._calls[-1] + new]
             started = time.perf_counter()
-            report = await self.resources.run_blocking(run_calls, self.resources.sandbox(), self._task.reference,
-                                                       {"model": turns})
+            try:
+                report = await self.resources.run_blocking(run_calls, self.resources.sandbox(), self._task.reference,
+                                                           {"model": turns}, None, self._task.limits.tool_timeout)
+            except ToolLimitError as e:  # the new calls are dropped: the state stays what it was before them
+                observations += [error_observation("tool_timeout", str(e).removeprefix("bfcl: "), c["name"]) for c in new]
+                return StepResult(observations, False, {"env_seconds": time.perf_counter() - started})
             outcomes = report["runs"]["model"][len(turns) - 1][-len(new):]
             if len(outcomes) != len(new):
                 raise InfraError(f"bfcl: the API runner answered {len(outcomes)} of {len(new)} calls")

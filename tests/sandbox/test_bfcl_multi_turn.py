@@ -136,6 +136,26 @@ def test_math_api_runs_with_mpmath(sandbox, tasks):
     assert asyncio.run(main()).observations[0].content == "{'result': mpf('2.0')}"
 
 
+def test_calls_over_the_time_limit_are_tool_timeouts_and_leave_the_state(sandbox, tasks):
+    import dataclasses
+
+    task = next(t for t in tasks.values() if "MathAPI" in t.reference["involved_classes"])
+    task = dataclasses.replace(task, limits=dataclasses.replace(task.limits, tool_timeout=1.5))
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+
+    async def main():
+        await env.reset(task)
+        slow = await env.step(Action(text="", tool_calls=(
+            ToolCall("logarithm", {"value": 3, "base": 7, "precision": 3_000_000}),)))  # mpmath at 3M digits
+        after = await env.step(Action(text="", tool_calls=(ToolCall("logarithm", {"value": 100, "base": 10, "precision": 5}),)))
+        return slow, after
+
+    slow, after = asyncio.run(main())
+    assert [o.error for o in slow.observations] == ["tool_timeout"] and not slow.done
+    assert after.observations[0].content == "{'result': mpf('2.0')}"
+    assert env.state() == {"calls": [[{"name": "logarithm", "arguments": {"value": 100, "base": 10, "precision": 5}}]]}
+
+
 def test_env_score_verifier_scores_the_saved_state(sandbox, tasks, monkeypatch):
     import posttrain.verifiers.env_score as env_score
 
