@@ -51,7 +51,7 @@ def terminal_task(tt) -> Task:
     )
 
 
-@register_source("terminal", description="terminal tasks: a shell in the bubblewrap sandbox, scored by the task's tests")
+@register_source("terminal", description="terminal tasks: a shell in the bubblewrap sandbox, scored by its tests")
 def terminal(n: int | None, seed: int, options: Mapping[str, Any]) -> list[Task]:
     from posttrain.envs.terminal.task import load_task
 

@@ -87,7 +87,8 @@ async def validate_task(path: str | Path, isolation: BwrapIsolation | None = Non
                             initial.value, oracle.value)
 
 
-async def validate_dir(root: str | Path, jobs: int = 2, isolation: BwrapIsolation | None = None) -> list[ValidationResult]:
+async def validate_dir(root: str | Path, jobs: int = 2,
+                       isolation: BwrapIsolation | None = None) -> list[ValidationResult]:
     """One result per folder (in name order), `jobs` folders at a time."""
     gate = asyncio.Semaphore(max(1, jobs))
 

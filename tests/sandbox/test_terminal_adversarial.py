@@ -183,8 +183,9 @@ async def test_sleeping_past_the_command_timeout_is_killed(iso, task):
 
 @aio
 async def test_a_fork_bomb_is_bounded_and_everyone_survives(iso, task):
-    obs, score = await episode(iso, task, [":(){ :|:& };:", "sleep 1; echo after-bomb", "echo recovered", FIX])
-    assert "recovered" in obs[2].content
+    obs, score = await episode(iso, task, [":(){ :|:& };:", "sleep 5", "echo recovered", FIX])
+    assert obs[1].error == "tool_timeout"  # forking or not, the 2 s limit ends the bomb with its session
+    assert obs[2].content == "recovered\n[exit code 0]"
     assert score.value == 1.0  # the env, its verification and the host go on
 
 

@@ -220,7 +220,7 @@ def test_the_registry_makes_a_terminal_env():
 
 
 @aio
-async def test_a_sandbox_that_cannot_start_is_an_infra_error(tmp_path, iso, monkeypatch):
+async def test_a_sandbox_that_cannot_start_is_an_infra_error(tmp_path, iso):
     task = task_of(write_task(tmp_path))
 
     class NoBwrap:

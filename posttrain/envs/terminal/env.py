@@ -34,7 +34,15 @@ import threading
 import time
 from typing import Any, Mapping
 
-from posttrain.envs.base import Action, InfraError, Observation, Resources, StepResult, error_observation, TOOL_ERROR_KINDS
+from posttrain.envs.base import (
+    TOOL_ERROR_KINDS,
+    Action,
+    InfraError,
+    Observation,
+    Resources,
+    StepResult,
+    error_observation,
+)
 from posttrain.envs.terminal.session import (
     CommandOutput,
     SessionLimits,

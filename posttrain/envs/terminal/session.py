@@ -107,14 +107,12 @@ def bash_quote(text: str) -> str:
 
 
 def _cut(data: bytes, total: int, limit: int) -> tuple[str, bool]:
-    """Head + marker + tail of a stream of `total` bytes of which `data` kept the ends."""
-    if total <= limit and len(data) == total:
+    """Head + "[... N bytes cut ...]" + tail of a stream of `total` bytes whose ends `data` kept."""
+    if len(data) == total and total <= limit:
         return data.decode("utf-8", errors="replace"), False
     head, tail = limit // 2, limit - limit // 2
-    shown = data[:head] + data[len(data) - tail:] if len(data) > limit else data
-    cut = total - len(shown)
-    text = data[:head].decode("utf-8", errors="replace") + f"\n[... {cut} bytes cut ...]\n"
-    return text + data[len(data) - tail:].decode("utf-8", errors="replace"), True
+    marker = f"\n[... {total - head - tail} bytes cut ...]\n"
+    return data[:head].decode("utf-8", errors="replace") + marker + data[-tail:].decode("utf-8", errors="replace"), True
 
 
 class ShellSession:

@@ -148,7 +148,8 @@ def _checks(doc: dict, tests: Mapping[str, TaskFile], where: str) -> tuple[Check
             if f not in runnable:
                 raise ConfigError(f"{at} ({name}): tests/{f} is not a test file of this task "
                                   f"(have: {', '.join(sorted(runnable))})")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and weight > 0):
+        number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+        if not (number and math.isfinite(weight) and weight > 0):
             raise ConfigError(f"{at} ({name}): weight must be a positive number, got {weight!r}")
         checks.append(Check(name, tuple(files), float(weight)))
     return tuple(checks)

@@ -113,7 +113,8 @@ def run_pytest(files):
     for f in files:
         ids = [i for i, g in rec.items.items() if g == f]
         passed = [i for i in ids if i in rec.passed and i not in rec.failed]
-        error = rec.errors.get(f) or next((f"{i.split('::')[-1]}: {rec.failed[i]}" for i in ids if i in rec.failed), None)
+        failures = (f"{i.split('::')[-1]}: {rec.failed[i]}" for i in ids if i in rec.failed)
+        error = rec.errors.get(f) or next(failures, None)
         if not ids and error is None:
             error = "no test collected"
         out[f] = {"tests": len(ids), "passed": len(passed), "ok": bool(ids) and len(passed) == len(ids)
