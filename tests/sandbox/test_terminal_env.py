@@ -120,13 +120,13 @@ async def test_bad_tool_calls_are_error_observations_and_run_nothing(tmp_path, i
             ToolCall("shell", {"command": "touch made", "timeout": 5}), ToolCall("shell", {"command": "ls"})),
             errors=(ParseError("malformed", "the tool call is not valid JSON", "<tool_call>{"),))
         res = await env.step(turn)
-        kinds = [o.error for o in res.observations]
-        assert kinds == ["malformed", "unknown_tool", "bad_arguments", "bad_arguments", "bad_arguments", ""]
-        assert "shell(command)" in res.observations[1].content and "'timeout'" in res.observations[4].content
-        assert res.observations[5].content == "add.py\n[exit code 0]"  # nothing of the bad calls ran
+        kinds = [o.error for o in res.observations]  # the parse error is the loop's to report (episode.py)
+        assert kinds == ["unknown_tool", "bad_arguments", "bad_arguments", "bad_arguments", ""]
+        assert "shell(command)" in res.observations[0].content and "'timeout'" in res.observations[3].content
+        assert res.observations[4].content == "add.py\n[exit code 0]"  # nothing of the bad calls ran
         assert not res.done and res.info["commands"] == 1
         only_errors = await env.step(Action(text="", errors=(ParseError("malformed", "bad"),)))
-        assert not only_errors.done  # a turn that tried to call a tool does not end the episode
+        assert not only_errors.done and only_errors.observations == []  # a turn that tried to call a tool does not end the episode
     finally:
         await env.close()
 
@@ -236,3 +236,28 @@ async def test_a_sandbox_that_cannot_start_is_an_infra_error(tmp_path, iso):
     await env.close()
     with pytest.raises(InfraError, match="terminal verifier"):
         TerminalEnv(Resources(), isolation=NoBwrap()).score(task, {"task_dir": task.reference["task_dir"], "files": {}})
+
+
+def test_a_scripted_model_solves_a_task_through_the_episode_loop(tmp_path, tiny_tokenizer):
+    from posttrain.envs.rollout import rollout
+    from posttrain.envs.tools.parsers import get_parser
+    from posttrain.types import SamplingParams
+    from posttrain.verifiers.registry import get_verifier
+    from tests.unit.envs.scripted import TurnScript
+
+    task = task_of(write_task(tmp_path))
+    hermes = get_parser("hermes")
+    fix = f"cat > add.py <<'EOF'\n{PROGRAM}EOF"
+    script = {5: [hermes.format_calls([ToolCall("shell", {"command": "python3 add.py 2 3"}, "call_0")], ""),
+                  hermes.format_calls([ToolCall("shell", {"command": fix}, "call_0")], "fixing"), "Done."],
+              9: [hermes.format_calls([ToolCall("shell", {"command": "echo 'print(5)' > add.py"}, "call_0")], ""),
+                  "Done."]}
+    engine = TurnScript(tiny_tokenizer, script)
+    params = SamplingParams(temperature=1.0, max_tokens=512)
+    (good,), (bad,) = rollout(engine, tiny_tokenizer, [task, task], [1, 1], params, [5, 9], version=1, parser="hermes")
+    assert (good.stop_reason, good.turns, bad.stop_reason, bad.turns) == ("done", 3, "done", 2)
+    assert good.stats["tool_calls"] == 2 and good.stats["env_seconds"] > 0
+    assert tiny_tokenizer.decode(list(good.token_ids)).count("['2', '3']") == 1  # the first command's output
+    env_score = get_verifier("env_score")  # the score re-run from each trajectory's final state
+    assert env_score(task, good).value == 1.0
+    assert env_score(task, bad).value == 0.0

@@ -13,10 +13,12 @@ shown), then the episode's shell (session.py). The model gets a system message (
 /work, the `shell` tool, answer without a tool call when done) and instruction.md.
 
 step: every tool call of the turn in order. An unknown tool, a missing / non-string / extra
-argument is an error observation (`unknown_tool`, `bad_arguments`) and runs nothing; a parse
-error of the turn becomes one too (its own kind); a command past the task's command timeout is
-`tool_timeout` with its partial output (the shell was restarted). A turn without any tool call
-ends the episode. `info`: env_seconds, commands, timeouts, restarts.
+argument is an error observation (`unknown_tool`, `bad_arguments`) and runs nothing; a command
+past the task's command timeout is `tool_timeout` with its partial output (the shell was
+restarted). The turn's parse errors (`action.errors`) are the loop's to report (envs/episode.py
+turns each into an error observation): here they only keep the turn from ending the episode.
+A turn without any tool call or parse error ends the episode. `info`: env_seconds, commands,
+timeouts, restarts.
 
 score: verify.py, in a fresh sandbox, never with a process of the episode alive; the solution
 is never visible to an episode. Only `posttrain tasks validate` builds the env with
@@ -35,7 +37,6 @@ import time
 from typing import Any, Mapping
 
 from posttrain.envs.base import (
-    TOOL_ERROR_KINDS,
     Action,
     InfraError,
     Observation,
@@ -172,8 +173,6 @@ class TerminalEnv:
             raise RuntimeError("TerminalEnv.step before reset")
         start = time.monotonic()
         obs: list[Observation] = []
-        for e in action.errors:
-            obs.append(error_observation(e.kind if e.kind in TOOL_ERROR_KINDS else "malformed", e.message))
         commands = timeouts = 0
         restarts = self._session.restarts
         for call in action.tool_calls:
