@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.envs.base import InfraError
+from posttrain.envs.terminal.harness import RUNNER
 from posttrain.envs.terminal.task import TEST_SH, TerminalTask
 from posttrain.sandbox.isolation import BwrapIsolation, Limits, resolve, sandbox_env
 from posttrain.sandbox.process import Command, run_command
 from posttrain.sandbox.workdir import check_relative_path, remove_work_dir
 from posttrain.types import Score
 
-RUNNER = (Path(__file__).parent / "harness" / "runner.py").read_text()
 VERDICT = "POSTTRAIN-TERMINAL-VERDICT "
 PYTEST_DIR = "/opt/posttrain-pytest"
 PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
