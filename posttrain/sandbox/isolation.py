@@ -26,9 +26,8 @@ When the host process is not root, setpriv is skipped and bwrap runs as the curr
 
 What this protects against (each has a hostile test in tests/sandbox/):
 - reading host files: only /usr, a generated /etc (passwd, group, hosts, the /etc/alternatives
-  links into /usr; no shadow) and the
-  run's own work dir are visible; the program runs as an unprivileged host uid, so even a
-  mount escape would not make /root or /etc/shadow readable;
+  links into /usr; no shadow) and the run's own work dir are visible; the program runs as an
+  unprivileged host uid, so even a mount escape would not make /root or /etc/shadow readable;
 - writing host files: everything but /work, /tmp and /dev/shm is read-only; /tmp and
   /dev/shm are private size-limited tmpfs; /work is a fresh host directory per run whose
   total size and entry count are polled while it runs (see process.py; between two polls a
