@@ -18,6 +18,9 @@ building it twice.
 On 2 idle cores with bf16 about 5 minutes (the quickstart's base ~160 s, SFT ~170 s), once; the
 time it took is saved in the entry's done.json.
 
+`smollm2_model(say)`: SmolLM2-135M-Instruct converted once (`posttrain models get`) into
+.cache/posttrain/models/smollm2-135m-instruct, built under a temporary name and renamed.
+
 `random_model`: weights do not change a step's cost, so speed benchmarks that need only the
 shape build it at random in seconds (same family, widths, layers and vocabulary as the base).
 """
@@ -169,3 +172,27 @@ def task_options(config: str | os.PathLike | None, model: str, domains) -> dict[
                  f"({run_config}), not {path.name}'s {({d: options[d] for d in domains})}: pass --config "
                  f"{run_config} to match it")
     return {d: dict(options[d]) for d in domains}
+
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_DIR = ROOT / ".cache" / "posttrain" / "models" / SMOLLM2
+
+
+def smollm2_model(say=print) -> str:
+    """SMOLLM2_DIR, converted with `posttrain models get` into a temporary directory and renamed when missing."""
+    if (SMOLLM2_DIR / "config.json").is_file():
+        return str(SMOLLM2_DIR)
+    from posttrain.models.registry import get_model
+
+    SMOLLM2_DIR.parent.mkdir(parents=True, exist_ok=True)
+    tmp = SMOLLM2_DIR.with_name(f".{SMOLLM2}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    say(f"getting {SMOLLM2} (once) into {SMOLLM2_DIR.relative_to(ROOT)}")
+    try:
+        get_model(SMOLLM2, tmp, say=say)
+        if not (SMOLLM2_DIR / "config.json").is_file():  # another process may have finished first
+            shutil.rmtree(SMOLLM2_DIR, ignore_errors=True)
+            os.replace(tmp, SMOLLM2_DIR)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(SMOLLM2_DIR)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -54,12 +53,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import ROOT  # noqa: E402  (also puts the repo on sys.path)
+from _models import ROOT, SMOLLM2, SMOLLM2_DIR, smollm2_model  # noqa: E402  (also puts the repo on sys.path)
 
 from posttrain.errors import PosttrainError  # noqa: E402
 
-MODEL_NAME = "smollm2-135m-instruct"
-MODEL_DIR = ROOT / ".cache" / "posttrain" / "models" / MODEL_NAME
 TASKS = "basic_arithmetic,chain_sum,leg_counting,letter_counting,number_sorting,spell_backward"
 WEIGHTS = ("exact", "auto", "bf16", "int8", "int8-weight-only")  # the paged engine's `weights` modes (quant.py)
 console = Console(highlight=False, width=160)
@@ -70,23 +67,7 @@ def say(msg: str) -> None:
 
 
 def default_model() -> str:
-    """MODEL_DIR, converted with `posttrain models get` into a temporary directory and renamed when missing."""
-    if (MODEL_DIR / "config.json").is_file():
-        return str(MODEL_DIR)
-    from posttrain.models.registry import get_model
-
-    MODEL_DIR.parent.mkdir(parents=True, exist_ok=True)
-    tmp = MODEL_DIR.with_name(f".{MODEL_NAME}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    say(f"getting {MODEL_NAME} (once) into {MODEL_DIR.relative_to(ROOT)}")
-    try:
-        get_model(MODEL_NAME, tmp, say=say)
-        if not (MODEL_DIR / "config.json").is_file():  # another process may have finished first
-            shutil.rmtree(MODEL_DIR, ignore_errors=True)
-            os.replace(tmp, MODEL_DIR)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(MODEL_DIR)
+    return smollm2_model(say)
 
 
 def render(tokenizer, task) -> str:
@@ -167,8 +148,8 @@ def best(runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help=f"an HF model directory (default: {MODEL_NAME}, converted once "
-                                                 f"into {MODEL_DIR.relative_to(ROOT)})")
+    p.add_argument("--model", default=None, help=f"an HF model directory (default: {SMOLLM2}, converted once "
+                                                 f"into {SMOLLM2_DIR.relative_to(ROOT)})")
     p.add_argument("--weights", default="exact", help="comma list of the paged engine's weights modes, one row "
                    f"each ({', '.join(WEIGHTS)}; default exact, what `posttrain eval` runs); the first is the result")
     p.add_argument("--tasks", default=TASKS, help="task spec (posttrain eval --tasks)")

@@ -57,6 +57,9 @@ class Action:
     tool_calls: tuple[ToolCall, ...] = ()
     errors: tuple[ParseError, ...] = ()  # calls the parser could not read (each becomes an error observation)
     content: str = ""  # the text outside tool-call markup (the final answer when there are no calls)
+    # every call the parser read, in order, before the loop's schema checks removed the invalid
+    # ones from `tool_calls` (a checker that judges decoded calls, as BFCL's does, reads these)
+    parsed: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)

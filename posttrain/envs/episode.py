@@ -109,7 +109,7 @@ def _checked_action(fmt: ChatFormat, text: str, tools) -> tuple[Action, list[Obs
             valid.append(call)
         else:
             errors.append(error_observation(problem.kind, problem.message, call.name))
-    return replace(action, tool_calls=tuple(valid)), errors
+    return replace(action, tool_calls=tuple(valid), parsed=action.tool_calls), errors
 
 
 async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: SamplingParams, *,
@@ -166,7 +166,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
         stats["tool_calls"] += len(action.tool_calls) + len(errors)
         t1 = time.perf_counter()
         try:  # a turn whose every call failed is not an answer: the model gets the errors and goes on
-            obs, done, info = ([], False, {}) if errors and not action.tool_calls else \
+            obs, done, info = ([], False, {}) if errors and not action.tool_calls and turns < limits.max_turns else \
                 await asyncio.wait_for(env.step(action), max(left(), 0.001))
         except asyncio.TimeoutError:
             stop = "timeout"

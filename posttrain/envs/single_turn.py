@@ -4,7 +4,8 @@ A single-turn task is an episode of one turn (envs/episode.py runs it like any o
 gives the task's prompt, the first `step` ends the episode. Its verifiers judge the turn's text.
 When the task offers tools (`metadata["tools"]`, e.g. BFCL's function-calling tasks), the turn
 was parsed with the model's tool-call parser and `state()` holds the calls it made, so a checker
-reads the calls exactly as the run parsed them:
+reads the calls exactly as the run parsed them (every decoded call, also those that failed the
+loop's schema check: the checker judges them itself):
 
     {"tool_calls": [{"name": ..., "arguments": {...}}, ...], "parse_errors": ["..."]}
 
@@ -43,7 +44,8 @@ class SingleTurnEnv:
     async def step(self, action: Action) -> StepResult:
         if self.tools:
             self._state = {
-                "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in action.tool_calls],
+                "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)}
+                               for c in (action.parsed or action.tool_calls)],
                 "parse_errors": [e.message for e in action.errors],
             }
         return StepResult([], True, {})

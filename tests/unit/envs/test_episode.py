@@ -177,3 +177,15 @@ def test_cancelled_request_is_aborted_in_the_engine(tiny_model_dir, tiny_tokeniz
 
     completion, unfinished = asyncio.run(main())
     assert len(completion.token_ids) == 3 and unfinished is False
+
+
+def test_single_turn_tool_task_keeps_every_decoded_call(tiny_tokenizer):
+    """A single-turn task with tools (BFCL's shape): its state holds the calls as decoded, also one
+    that fails the schema (its checker judges it), and the one turn always reaches the env."""
+    tok = tiny_tokenizer
+    t = Task(id="fc/1", domain="fc", prompt=({"role": "user", "content": "add two and 3"},), reference=None,
+             metadata={"tools": TOOLS}, limits=Limits(max_new_tokens=256))
+    engine = TurnScript(tok, {3: [call("add", a="two", b=3)]})
+    [[traj]] = rollout(engine, tok, [t], [1], PARAMS, [3], version=0, parser="hermes")
+    assert traj.stop_reason == "done" and traj.turns == 1 and traj.stats["tool_errors/bad_arguments"] == 1
+    assert traj.final_state == {"tool_calls": [{"name": "add", "arguments": {"a": "two", "b": 3}}], "parse_errors": []}
