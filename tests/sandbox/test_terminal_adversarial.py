@@ -3,8 +3,6 @@ verdict, takes the env or the host down, or leaves a process behind; a correct f
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import secrets
 import time
@@ -16,8 +14,8 @@ from posttrain.envs.terminal.env import TerminalEnv
 from posttrain.envs.terminal.session import shared_isolation
 from posttrain.envs.terminal.verify import read_verdict
 from posttrain.tasks.registry import make_source_tasks
+from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of
 
-UID = 64125 if os.geteuid() == 0 else os.getuid()
 FIX = "cat > add.py <<'EOF'\nimport sys\nprint(sum(int(x) for x in sys.argv[1:]))\nEOF"
 TEST_SUM = """import subprocess
 def run(*args):
@@ -30,43 +28,6 @@ def test_many():
 TEST_SH = """out=$(python3 /work/add.py 2 3)
 if [ "$out" = "5" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi
 """
-
-
-def aio(fn):
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-def processes_of(uid: int) -> list[str]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status") as f:
-                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, StopIteration):
-            continue
-        if real_uid == uid:
-            found.append(cmd)
-    return found
-
-
-def with_marker(marker: str) -> list[str]:
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if marker.encode() in f.read().replace(b"\0", b" "):
-                    found.append(name)
-        except OSError:
-            continue
-    return found
 
 
 def make_task(root, kind="pytest"):
@@ -199,14 +160,14 @@ async def test_a_daemon_left_behind_cannot_tamper_with_the_verdict(iso, task):
     seen: dict[str, list[str]] = {}
 
     def after_state(env):
-        seen["after_state"] = with_marker(f"sleep {marker}")
+        seen["after_state"] = cmdlines_with(f"sleep {marker}")
         time.sleep(1.0)  # a live daemon would rewrite add.py and the tests now
 
     obs, score = await episode(iso, task, [evil, "sleep 0.2; echo $(pgrep -c bash) shells"], between=after_state)
     assert "planted" in obs[0].content
     assert seen["after_state"] == []  # state() stopped every process of the episode
     assert score.value == 0.0  # the untouched wrong add.py, judged on the snapshot in a fresh sandbox
-    assert with_marker(f"sleep {marker}") == []
+    assert cmdlines_with(f"sleep {marker}") == []
 
 
 @aio

@@ -3,9 +3,7 @@ the state alone (pytest files, staged checks, test.sh), setup.sh, identical star
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import functools
 import json
 import os
 
@@ -15,8 +13,8 @@ from posttrain.envs.base import Action, InfraError, ParseError, ToolCall, make_e
 from posttrain.envs.terminal.env import SYSTEM_PROMPT, TerminalEnv
 from posttrain.envs.terminal.session import shared_isolation
 from posttrain.tasks.registry import make_source_tasks
+from tests.sandbox.procs import UID, aio
 
-UID = 64125 if os.geteuid() == 0 else os.getuid()
 PROGRAM = "import sys\nprint(sum(int(x) for x in sys.argv[1:]))\n"
 TEST_SUM = """import subprocess
 def run(*args):
@@ -30,14 +28,6 @@ TEST_NOTES = """import pathlib
 def test_notes():
     assert pathlib.Path("/work/notes.txt").read_text() == "done\\n"
 """
-
-
-def aio(fn):
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return run
 
 
 def write_task(root, name="adder", toml='version = "1.0"\n[limits]\ncommand_timeout_sec = 3.0\n', files=None):

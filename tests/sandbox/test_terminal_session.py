@@ -4,7 +4,6 @@ restarts, nothing left after close, many sessions in one event loop, InfraError 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import secrets
 import time
@@ -14,47 +13,8 @@ import pytest
 from posttrain.envs.base import InfraError
 from posttrain.envs.terminal.session import ShellSession, SessionLimits, make_work_root, new_work_dir, shared_isolation
 from posttrain.sandbox.workdir import remove_work_dir
+from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of
 
-UID = 64125 if os.geteuid() == 0 else os.getuid()  # a uid no other test's sandbox uses
-
-
-def aio(fn):
-    """Run an async test in a fresh event loop (fixtures pass through)."""
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-def processes_of(uid: int) -> list[str]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status") as f:
-                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, StopIteration):
-            continue
-        if real_uid == uid:
-            found.append(cmd)
-    return found
-
-
-def cmdlines_with(marker: str) -> list[str]:
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if marker.encode() in f.read().replace(b"\0", b" "):
-                    found.append(name)
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")

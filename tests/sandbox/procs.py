@@ -1,0 +1,50 @@
+"""Helpers the terminal sandbox tests share: async tests, and the host processes a sandbox left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+
+UID = 64125 if os.geteuid() == 0 else os.getuid()  # a uid no other test's sandbox uses
+
+
+def aio(fn):
+    """Run an async test in a fresh event loop (fixtures pass through)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return run
+
+
+def processes_of(uid: int) -> list[str]:
+    """The command lines of every host process whose real uid is `uid`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, StopIteration):
+            continue
+        if real_uid == uid:
+            found.append(cmd)
+    return found
+
+
+def cmdlines_with(marker: str) -> list[str]:
+    """The pids of every host process whose command line holds `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if marker.encode() in f.read().replace(b"\0", b" "):
+                    found.append(name)
+        except OSError:
+            continue
+    return found
