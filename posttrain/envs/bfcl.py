@@ -13,20 +13,24 @@ the last one the episode is done. `state()` is {"calls": [per user question: [{"
 everything needed to re-run it.
 
 Execution: BFCL's class sources (read as text from the bfcl-eval wheel, tasks/bfcl_data.py) run in
-the sandbox under bfcl_runner.py, never in our process. Each step replays every call so far in a
-fresh sandbox run (the classes are deterministic: seeded randomness, no clock in their public
-state), so no process lives between steps and a saved state re-runs anywhere. A sandbox failure or a
-run without its JSON line is InfraError (retried, never scored); a step whose calls hit the sandbox's
-time or memory limit (the task's `limits.tool_timeout` bounds a step's run) answers each new call
-with a tool_timeout error and drops them from the state. MathAPI imports mpmath, which the sandbox's
-system Python lacks: its pure-Python source is shipped with tasks that involve MathAPI.
+the sandbox under bfcl_runner.py, never in our process. An episode's steps go to ONE long-lived
+runner (envs/bfcl_session.py, started at the first call, killed by `close()`) that holds the task's
+instances as BFCL's executor does: a step costs one JSON line each way. A step whose calls run past
+the task's `limits.tool_timeout` or hit the memory or output limit answers each of them with a
+tool_timeout error, drops them from the state, and the runner is replaced by a fresh one replaying
+the calls kept so far (the classes are deterministic: seeded randomness, no clock in their public
+state; the replay must give the same results). A runner that dies or prints garbage is restarted by
+replay once; when that fails too, or bwrap cannot run, InfraError (retried, never scored). MathAPI
+imports mpmath, which the sandbox's system Python lacks: its pure-Python source is shipped.
 
-Scoring is BFCL's multi-turn check: the episode must reach every user question; after each question
-whose ground truth has calls, the model must have called something in it, every public attribute of
-every instance must equal the ground truth's (replayed in its own fresh instances, compared by `!=`
-inside the runner, as BFCL's state checker does), and the ground truth's results of that question
-must all be among the model's results so far (BFCL's response check, order-free). The verdict is
-decided here from the runner's report; the model supplies data (names, JSON arguments), never code.
+Scoring is BFCL's multi-turn check, from the saved state alone: the model's calls and the ground
+truth replay in fresh sandbox runs (`run_calls`, one sandbox request). The episode must reach every
+user question; after each question whose ground truth has calls, the model must have called
+something in it, every public attribute of every instance must equal the ground truth's (replayed
+in its own fresh instances, compared by `!=` inside the runner, as BFCL's state checker does), and
+the ground truth's results of that question must all be among the model's results so far (BFCL's
+response check, order-free). The verdict is decided here from the runner's report; the model
+supplies data (names, JSON arguments), never code.
 """
 
 from __future__ import annotations
@@ -35,24 +39,25 @@ import ast
 import json
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any, Mapping
 
 from posttrain.envs.base import (
     Action, InfraError, Observation, Resources, StepResult, error_observation, register_env,
 )
+from posttrain.envs.bfcl_session import MEMORY_MB, RUNNER_PATH, BfclSession, StepLimitError, runner_job
+from posttrain.envs.terminal.session import cpu_seconds_for, shared_isolation
 from posttrain.sandbox import RunRequest, SandboxError, Status
-from posttrain.tasks.bfcl_data import CLASS_FILES, STATELESS_CLASSES, class_sources, mpmath_files
+from posttrain.sandbox.isolation import BwrapIsolation
+from posttrain.tasks.bfcl_data import class_sources, mpmath_files
 from posttrain.types import Message, Score, Task
 
-RUNNER = (Path(__file__).with_name("bfcl_runner.py")).read_text(encoding="utf-8")
+RUNNER = RUNNER_PATH.read_text(encoding="utf-8")
 RUN_TIMEOUT_S = 30.0
-MEMORY_MB = 1024
 LIMITS = (Status.TIME_LIMIT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT)
 
 
 class ToolLimitError(InfraError):
-    """The run hit the sandbox's time, memory or output limit (in a step: the new calls' fault)."""
+    """A scoring run hit the sandbox's time, memory or output limit (an InfraError: retried, never scored)."""
 
 
 def parse_call_string(text: str) -> dict:
@@ -78,12 +83,12 @@ def _plain(value: Any) -> Any:
 
 
 def run_calls(sandbox, reference: Mapping[str, Any], runs: Mapping[str, list], compare: tuple[str, str] | None = None,
-              timeout_s: float = RUN_TIMEOUT_S) -> dict:
-    """One sandbox run of bfcl_runner.py over `runs` ({name: [per turn: [call]]}); its parsed report."""
+              timeout_s: float = RUN_TIMEOUT_S, snapshot: bool = False) -> dict:
+    """One sandbox run of bfcl_runner.py over `runs` ({name: [per turn: [call]]}); its parsed report
+    (with `snapshot`, also each run's final {class: {attr: repr}} under "states")."""
     classes = list(reference["involved_classes"])
-    job = {"classes": classes, "modules": {c: CLASS_FILES[c] for c in classes},
-           "stateless": [c for c in classes if c in STATELESS_CLASSES], "config": reference["initial_config"],
-           "long_context": False, "runs": dict(runs), "compare": list(compare) if compare else None}
+    job = {**runner_job(reference), "runs": dict(runs), "compare": list(compare) if compare else None,
+           "snapshot": snapshot}
     files = {name: text.encode() for name, text in class_sources(classes).items()}
     if "MathAPI" in classes:
         files.update({name: text.encode() for name, text in mpmath_files().items()})
@@ -116,38 +121,39 @@ def _observation(call: dict, outcome: Mapping[str, Any]) -> Observation:
 
 
 class BfclEnv:
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, *, isolation: BwrapIsolation | None = None) -> None:
         self.resources = resources
         self.tools: list[Mapping[str, Any]] = []
+        self._isolation = isolation
         self._task: Task | None = None
         self._calls: list[list[dict]] = [[]]
+        self._session: BfclSession | None = None
 
     async def reset(self, task: Task) -> list[Message]:
         ref = task.reference
         if not isinstance(ref, Mapping) or not {"involved_classes", "initial_config", "questions"} <= set(ref):
             raise ValueError(f"task {task.id!r}: not a BFCL multi-turn task (its reference lacks "
                              "involved_classes / initial_config / questions)")
+        await self.close()
+        if self._isolation is None:
+            self._isolation = shared_isolation()
         self._task, self._calls = task, [[]]
+        self._session = BfclSession(ref, isolation=self._isolation, cpu_seconds=cpu_seconds_for(task.limits.seconds))
         self.tools = list(task.metadata.get("tools") or ())
         return list(task.prompt)
 
     async def step(self, action: Action) -> StepResult:
-        assert self._task is not None, "step() before reset()"
+        assert self._task is not None and self._session is not None, "step() before reset()"
         observations = [error_observation("malformed", e.message) for e in action.errors]
         if action.tool_calls:
             new = [{"name": c.name, "arguments": _plain(dict(c.arguments))} for c in action.tool_calls]
-            turns = self._calls[:-1] + [self._calls[-1] + new]
             started = time.perf_counter()
             try:
-                report = await self.resources.run_blocking(run_calls, self.resources.sandbox(), self._task.reference,
-                                                           {"model": turns}, None, self._task.limits.tool_timeout)
-            except ToolLimitError as e:  # the new calls are dropped: the state stays what it was before them
-                observations += [error_observation("tool_timeout", str(e).removeprefix("bfcl: "), c["name"]) for c in new]
+                outcomes = await self._session.call(new, self._task.limits.tool_timeout)
+            except StepLimitError as e:  # the new calls are dropped: the state stays what it was before them
+                observations += [error_observation("tool_timeout", str(e), c["name"]) for c in new]
                 return StepResult(observations, False, {"env_seconds": time.perf_counter() - started})
-            outcomes = report["runs"]["model"][len(turns) - 1][-len(new):]
-            if len(outcomes) != len(new):
-                raise InfraError(f"bfcl: the API runner answered {len(outcomes)} of {len(new)} calls")
-            self._calls = turns
+            self._calls[-1] += new
             observations += [_observation(c, o) for c, o in zip(new, outcomes)]
             return StepResult(observations, False, {"env_seconds": time.perf_counter() - started,
                                                     "tool_calls": len(new)})
@@ -167,7 +173,10 @@ class BfclEnv:
         return [score_state(self.resources.sandbox(), task.reference, state)]
 
     async def close(self) -> None:
-        self._task = None
+        """Kills the episode's runner (its whole sandbox) and removes its work dir."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 def _fail(error: str, **details: Any) -> Score:

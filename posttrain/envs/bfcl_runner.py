@@ -1,9 +1,18 @@
 """Runs BFCL's multi-turn API classes inside the sandbox: replay calls, report results and state differences.
 
-    python3 bfcl_runner.py [job.json]      # in the sandbox's work dir, next to the class source files
+    python3 bfcl_runner.py [job.json]      # batch: in the sandbox's work dir, next to the class source files
+    python3 bfcl_runner.py --serve         # an episode's long-lived runner: JSON lines on stdin / stdout
 
-This file is a standalone script (the sandbox's system Python, stdlib only): envs/bfcl.py sends it,
-BFCL's class sources and job.json in a RunRequest, and reads the one JSON line it prints last.
+This file is a standalone script (the sandbox's system Python, stdlib only). Batch: envs/bfcl.py
+sends it, BFCL's class sources and job.json in a RunRequest, and reads the one JSON line it prints
+last (scoring). Serve (envs/bfcl_session.py, one process per episode): the first stdin line is the
+job without "runs" / "compare"; the runner builds the instances once and answers {"ready": true};
+then each line {"calls": [call, ...]} runs those calls on the same instances and is answered
+{"results": [outcome, ...]} in order, and {"state": true} is answered {"state": snapshot} (below).
+A MemoryError outside a method (showing a huge result) is answered {"limit": "memory"}, anything
+else that breaks the runner {"fatal": "..."}, then it exits; EOF on stdin ends it. Only the runner
+writes to the protocol pipe: fds 0-2 point at /dev/null while classes run, so a stray print or
+os.write from a class cannot corrupt a line.
 
 job.json: {"classes": [class name, ...], "modules": {class: module file stem}, "stateless": [...],
 "config": initial_config, "long_context": false, "runs": {run name: [per user turn: [call, ...]]},
@@ -19,7 +28,9 @@ Output line: {"runs": {name: [per turn: [{"ok", "kind", "result"}, ...]]}, "diff
 {class: {attr: {"a": repr, "b": repr}}}]} when "compare" names two runs: after each user turn, every
 public attribute (no leading "_") of each instance of run b compared with run a's by `!=`, the rule
 of BFCL's state checker (so the classes' own __eq__ decide, e.g. a Directory by name and contents).
-The calls are data (names and JSON arguments), never code: nothing here evaluates text.
+With "snapshot": true it also holds "states": {name: snapshot after the last turn}; a snapshot is
+{class: {attr: repr}} of every public attribute (the classes' reprs show names and contents, no
+addresses), what tests compare across processes. The calls are data (names and JSON arguments), never code: nothing here evaluates text.
 """
 
 import contextlib
@@ -28,6 +39,7 @@ import importlib
 import inspect
 import io
 import json
+import os
 import sys
 
 MAX_REPR = 300
@@ -93,6 +105,11 @@ def _differences(a, b):
     return out
 
 
+def _snapshot(instances):
+    return {cls: {attr: repr(value) for attr, value in vars(instance).items() if not attr.startswith("_")}
+            for cls, instance in instances.items()}
+
+
 def main(path):
     with open(path, encoding="utf-8") as f:
         job = json.load(f)
@@ -109,8 +126,43 @@ def main(path):
         if job.get("compare"):
             a, b = job["compare"]
             differences.append(_differences(built[a][0], built[b][0]))
-    print(json.dumps({"runs": results, "differences": differences}))
+    report = {"runs": results, "differences": differences}
+    if job.get("snapshot"):
+        report["states"] = {name: _snapshot(built[name][0]) for name in runs}
+    print(json.dumps(report))
+
+
+def serve():
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+    def reply(message):
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            instances, methods = _instances(json.loads(requests.readline()))
+        reply({"ready": True})
+        for line in requests:
+            request = json.loads(line)
+            if request.get("state"):
+                reply({"state": _snapshot(instances)})
+            else:
+                reply({"results": [_execute(methods, c) for c in request["calls"]]})
+    except MemoryError:
+        reply({"limit": "memory"})
+        sys.exit(1)
+    except Exception as e:  # the runner itself broke: the host restarts it by replay, or gives up
+        reply({"fatal": f"{type(e).__name__}: {e}"[:MAX_REPR]})
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "job.json")
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "job.json")

@@ -1,22 +1,60 @@
 """The bfcl env in the real bwrap sandbox: BFCL's API classes answer calls, user turns advance, bad calls
-are error observations, and the state check passes the ground truth and fails a wrong episode."""
+are error observations, and the state check passes the ground truth and fails a wrong episode. The
+episode's persistent runner (envs/bfcl_session.py) gives what a fresh replay gives, survives its own
+death by replay, times out cleanly, and leaves no process behind."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import posttrain.envs.bfcl_session as bfcl_session
 from posttrain.envs.base import Action, InfraError, ParseError, Resources, ToolCall, make_env
-from posttrain.envs.bfcl import parse_call_string, score_state
+from posttrain.envs.bfcl import BfclEnv, parse_call_string, run_calls, score_state
+from posttrain.envs.bfcl_session import BfclSession
+from posttrain.envs.terminal.env import work_root
+from posttrain.envs.terminal.session import shared_isolation
 from posttrain.sandbox import SandboxError
 from posttrain.tasks.registry import make_source_tasks
 from posttrain.types import Trajectory
 from posttrain.verifiers.registry import run_verifiers
+
+
+UID = 64126 if os.geteuid() == 0 else os.getuid()  # the runners of these tests only (not the terminal tests' 64125)
+SERVE = "bfcl_runner.py --serve"
+
+
+def runner_pids(uid: int = UID) -> list[int]:
+    """Host pids of the persistent runners (the python processes) running as `uid`."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/status") as f:
+                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, StopIteration):
+            continue
+        if real_uid == uid and SERVE in cmd and "bwrap" not in cmd and "sandbox-init" not in cmd:  # not bwrap, pid 1
+            found.append(int(name))
+    return found
+
+
+def one_task_per_class(tasks) -> list:
+    picked: dict[str, object] = {}
+    for task in tasks.values():
+        for cls in task.reference["involved_classes"]:
+            picked.setdefault(cls, task)
+    assert len(picked) == 8
+    return list({t.id: t for t in picked.values()}.values())
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +81,7 @@ async def play(env, task, turns: list[list[dict]]) -> list:
         if calls:
             steps.append(await env.step(as_action(calls, task.metadata["tools"])))
         steps.append(await env.step(Action(text="done", content="done")))
+    await env.close()
     return steps
 
 
@@ -64,6 +103,7 @@ def test_ground_truth_episode_runs_and_scores_full(sandbox, tasks):
         assert nxt.observations[0].content == task.reference["questions"][1][0]["content"]
         listing = await env.step(Action(text="", tool_calls=(ToolCall("cd", {"folder": "temp"}), ToolCall("ls", {}))))
         assert listing.observations[1].content == '{"current_directory_content": ["final_report.pdf"]}'
+        await env.close()
         return env.state()
 
     state = asyncio.run(main())
@@ -81,9 +121,12 @@ def test_bad_calls_are_error_observations_not_crashes(sandbox, tasks):
 
     async def main():
         await env.reset(task)
-        return await env.step(Action(text="", errors=(ParseError("malformed", "unreadable <tool_call>"),), tool_calls=(
-            ToolCall("no_such_tool", {}), ToolCall("mkdir", {"name": "x"}), ToolCall("mkdir", {"dir_name": 5}),
-            ToolCall("ls", {}))))
+        try:
+            return await env.step(Action(text="", errors=(ParseError("malformed", "unreadable <tool_call>"),), tool_calls=(
+                ToolCall("no_such_tool", {}), ToolCall("mkdir", {"name": "x"}), ToolCall("mkdir", {"dir_name": 5}),
+                ToolCall("ls", {}))))
+        finally:
+            await env.close()
 
     result = asyncio.run(main())
     assert [(o.error, o.name) for o in result.observations] == [
@@ -112,12 +155,7 @@ def test_wrong_episodes_fail_the_state_check(sandbox, tasks):
 
 
 def test_ground_truth_of_every_class_scores_full_and_a_dropped_call_does_not(sandbox, tasks):
-    picked: dict[str, object] = {}
-    for task in tasks.values():  # one task per API class (MathAPI: mpmath shipped into the sandbox)
-        for cls in task.reference["involved_classes"]:
-            picked.setdefault(cls, task)
-    assert len(picked) == 8
-    for task in {t.id: t for t in picked.values()}.values():
+    for task in one_task_per_class(tasks):  # MathAPI: mpmath shipped into the sandbox
         turns = gt_turns(task)
         assert score_state(sandbox, task.reference, {"calls": turns}).value == 1.0, task.id
         k = next(i for i, turn in enumerate(turns) if turn)
@@ -131,7 +169,10 @@ def test_math_api_runs_with_mpmath(sandbox, tasks):
 
     async def main():
         await env.reset(task)
-        return await env.step(Action(text="", tool_calls=(ToolCall("logarithm", {"value": 100, "base": 10, "precision": 5}),)))
+        try:
+            return await env.step(Action(text="", tool_calls=(ToolCall("logarithm", {"value": 100, "base": 10, "precision": 5}),)))
+        finally:
+            await env.close()
 
     assert asyncio.run(main()).observations[0].content == "{'result': mpf('2.0')}"
 
@@ -139,21 +180,32 @@ def test_math_api_runs_with_mpmath(sandbox, tasks):
 def test_calls_over_the_time_limit_are_tool_timeouts_and_leave_the_state(sandbox, tasks):
     import dataclasses
 
-    task = next(t for t in tasks.values() if "MathAPI" in t.reference["involved_classes"])
+    task = next(t for t in tasks.values() if {"MathAPI", "GorillaFileSystem"} <= set(t.reference["involved_classes"]))
     task = dataclasses.replace(task, limits=dataclasses.replace(task.limits, tool_timeout=1.5))
     env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+    kept = {"name": "mkdir", "arguments": {"dir_name": "kept_dir"}}
+    log100 = {"name": "logarithm", "arguments": {"value": 100, "base": 10, "precision": 5}}
 
     async def main():
         await env.reset(task)
-        slow = await env.step(Action(text="", tool_calls=(
-            ToolCall("logarithm", {"value": 3, "base": 7, "precision": 3_000_000}),)))  # mpmath at 3M digits
-        after = await env.step(Action(text="", tool_calls=(ToolCall("logarithm", {"value": 100, "base": 10, "precision": 5}),)))
-        return slow, after
+        try:
+            made = await env.step(Action(text="", tool_calls=(ToolCall("mkdir", kept["arguments"]),)))
+            slow = await env.step(Action(text="", tool_calls=(ToolCall("mkdir", {"dir_name": "dropped_dir"}), ToolCall(
+                "logarithm", {"value": 3, "base": 7, "precision": 3_000_000}),)))  # mpmath at 3M digits
+            after = await env.step(Action(text="", tool_calls=(ToolCall("logarithm", log100["arguments"]), ToolCall("ls", {}))))
+            return made, slow, after
+        finally:
+            await env.close()
 
-    slow, after = asyncio.run(main())
-    assert [o.error for o in slow.observations] == ["tool_timeout"] and not slow.done
+    made, slow, after = asyncio.run(main())
+    assert not made.observations[0].error
+    assert [o.error for o in slow.observations] == ["tool_timeout", "tool_timeout"] and not slow.done
+    assert "1.5s" in slow.observations[0].content
+    # the runner was killed and replaced by one replaying the kept mkdir only: the dropped one is gone too
     assert after.observations[0].content == "{'result': mpf('2.0')}"
-    assert env.state() == {"calls": [[{"name": "logarithm", "arguments": {"value": 100, "base": 10, "precision": 5}}]]}
+    listing = json.loads(after.observations[1].content)["current_directory_content"]
+    assert "kept_dir" in listing and "dropped_dir" not in listing
+    assert env.state() == {"calls": [[kept, log100, {"name": "ls", "arguments": {}}]]}
 
 
 def test_env_score_verifier_scores_the_saved_state(sandbox, tasks, monkeypatch):
@@ -226,12 +278,119 @@ class _Broken:
 
 
 @pytest.mark.parametrize("error", [True, False])
-def test_sandbox_failure_is_infra_error(tasks, error):
+def test_scoring_sandbox_failure_is_infra_error(tasks, error):
+    task = tasks["multi_turn_base_0"]
     env = make_env("bfcl", Resources(sandbox_factory=lambda: _Broken(error)))
+    with pytest.raises(InfraError):
+        env.score(task, {"calls": gt_turns(task)})
+
+
+def test_ground_truths_played_through_reset_step_score_score_full(sandbox, tasks):
+    env = make_env("bfcl", Resources(sandbox_factory=lambda: sandbox))
+    for task in one_task_per_class(tasks):
+        steps = asyncio.run(play(env, task, gt_turns(task)))
+        assert steps[-1].done, task.id
+        assert any(o.role == "tool" and not o.error for s in steps[1:] for o in s.observations), task.id
+        scores = env.score(task, env.state())
+        assert [s.value for s in scores] == [1.0], (task.id, scores[0].details)
+
+
+def _with_bad_calls(turns: list[list[dict]]) -> list[list[dict]]:
+    """The ground truth plus an unknown tool and a call with an argument its method does not take."""
+    k = next(i for i, turn in enumerate(turns) if turn)
+    bad = [{"name": "no_such_tool", "arguments": {}},
+           {"name": turns[k][0]["name"], "arguments": {**turns[k][0]["arguments"], "bogus": 1}}]
+    return [t[:1] + bad + t[1:] if i == k else t for i, t in enumerate(turns)]
+
+
+def test_persistent_runner_gives_what_a_fresh_replay_gives(sandbox, tasks):
+    iso = shared_isolation(UID, UID)
+
+    async def through_session(task, turns):
+        session = BfclSession(task.reference, isolation=iso, cpu_seconds=60)
+        try:  # the first question's calls one per step, each later question's in one step
+            got = [[o for c in turns[0] for o in await session.call([c], 30.0)]]
+            got += [await session.call(turn, 30.0) if turn else [] for turn in turns[1:]]
+            return got, await session.snapshot(), session.restarts
+        finally:
+            await session.close()
+
+    for task in one_task_per_class(tasks):
+        turns = _with_bad_calls(gt_turns(task))  # positional "args" included: the runner takes them as BFCL does
+        got, live, restarts = asyncio.run(through_session(task, turns))
+        fresh = run_calls(sandbox, task.reference, {"model": turns, "untouched": []}, snapshot=True)
+        assert restarts == 0, task.id
+        assert got == fresh["runs"]["model"], task.id
+        assert {o["kind"] for turn in got for o in turn} >= {"", "unknown_tool", "bad_arguments"}, task.id
+        assert live == fresh["states"]["model"], task.id
+        assert live != fresh["states"]["untouched"], task.id  # the calls changed what the snapshot shows
+        assert " at 0x" not in json.dumps(live), task.id  # reprs of values, not of addresses
+
+
+def test_the_runner_lives_through_the_episode_and_close_leaves_nothing(tasks):
+    env = BfclEnv(Resources(), isolation=shared_isolation(UID, UID))
 
     async def main():
         await env.reset(tasks["multi_turn_base_0"])
+        await env.step(Action(text="", tool_calls=(ToolCall("cd", {"folder": "document"}),)))
+        first = runner_pids()
         await env.step(Action(text="", tool_calls=(ToolCall("ls", {}),)))
+        second = runner_pids()
+        await env.close()
+        return first, second
 
-    with pytest.raises(InfraError):
-        asyncio.run(main())
+    first, second = asyncio.run(main())
+    assert len(first) == 1 and second == first  # one process answered both steps
+    if UID != os.getuid():
+        from tests.sandbox.procs import processes_of
+
+        assert processes_of(UID) == []
+    assert [d for d in os.listdir(work_root()) if d.startswith("ep-")] == []
+
+
+def test_a_killed_runner_is_restarted_by_replay(tasks):
+    env = BfclEnv(Resources(), isolation=shared_isolation(UID, UID))
+
+    async def main():
+        await env.reset(tasks["multi_turn_base_0"])
+        try:
+            await env.step(Action(text="", tool_calls=(ToolCall("cd", {"folder": "document"}),)))
+            before = runner_pids()
+            for pid in before:
+                os.kill(pid, signal.SIGKILL)
+            after = await env.step(Action(text="", tool_calls=(ToolCall("pwd", {}),)))
+            return before, runner_pids(), after
+        finally:
+            await env.close()
+
+    before, now, after = asyncio.run(main())
+    assert len(before) == 1 and len(now) == 1 and now != before
+    assert after.observations[0].content == '{"current_working_directory": "/workspace/document"}'
+    assert env.state()["calls"] == [[{"name": "cd", "arguments": {"folder": "document"}},
+                                     {"name": "pwd", "arguments": {}}]]
+
+
+GARBAGE = "import sys\nsys.stdin.readline()\nprint('{\"ready\": true}', flush=True)\nfor line in sys.stdin:\n" \
+          "    print('garbage text', flush=True)\n"
+NO_START = "import sys\nsys.exit('the runner cannot start: no classes here')\n"
+
+
+@pytest.mark.parametrize("runner, match, restarts", [(GARBAGE, "broke again after a restart.*garbage text", 1),
+                                                      (NO_START, "did not come up.*no classes here", 0)])
+def test_a_runner_that_stays_broken_is_infra_error(tasks, monkeypatch, runner, match, restarts):
+    fake = tempfile.mkdtemp(prefix="bfcl-fake-", dir=work_root())
+    os.chmod(fake, 0o755)
+    Path(fake, "bfcl_runner.py").write_text(runner)
+    os.chmod(Path(fake, "bfcl_runner.py"), 0o644)
+    monkeypatch.setattr(bfcl_session, "lib_dir", lambda mpmath: fake)
+    session = BfclSession(tasks["multi_turn_base_0"].reference, isolation=shared_isolation(UID, UID), cpu_seconds=60)
+
+    async def main():
+        try:
+            with pytest.raises(InfraError, match=match):
+                await session.call([{"name": "ls", "arguments": {}}], 10.0)
+        finally:
+            await session.close()
+
+    asyncio.run(main())
+    assert session.restarts == restarts and session.history == [] and runner_pids() == []

@@ -23,7 +23,9 @@ starts over the same files; `CommandOutput.restarted` says so. `close()` does th
 reaps bwrap: nothing of the episode survives it.
 
 No thread per session: the process is a plain Popen, its pipes are asyncio pipe transports, and
-its exit is noticed by polling `poll()` (only after EOF or a kill).
+its exit is noticed by polling `poll()` (only after EOF or a kill). `spawn_sandboxed`,
+`connect_pipes` and `stop_sandbox` are that lifecycle for any long-lived sandboxed process (the
+bfcl env's API runner uses them too, envs/bfcl_session.py).
 """
 
 from __future__ import annotations
@@ -142,19 +144,13 @@ class ShellSession:
         """Start the shell; InfraError when the sandbox does not come up."""
         lim = Limits(memory_bytes=self.limits.memory_bytes, cpu_seconds=self.limits.cpu_seconds,
                      nproc=self.limits.nproc, fsize_bytes=self.limits.fsize_bytes, nofile=self.limits.nofile)
-        argv, cwd = self.isolation.command([self._bash, "--noprofile", "--norc"], self.work_dir, lim, self.ro_binds)
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=sandbox_env(self.work_dir, True), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                    close_fds=True)
+            proc = spawn_sandboxed(self.isolation, [self._bash, "--noprofile", "--norc"], self.work_dir, lim,
+                                   self.ro_binds)
         except OSError as e:
             raise InfraError(f"terminal sandbox: could not start bwrap: {e}") from e
-        loop = asyncio.get_running_loop()
         self._proc, self._pending, self._stopped = proc, b"", False
-        self._reader = asyncio.StreamReader(limit=READ_CHUNK)
-        rt, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(self._reader), proc.stdout)
-        wt, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
-        self._transports, self._writer = [rt, wt], wt
+        self._reader, self._writer, self._transports = await connect_pipes(proc, READ_CHUNK)
         if self._watchdog is None:
             self._watchdog = asyncio.create_task(self._watch_disk())
         hello = await self._exchange("true", START_TIMEOUT_S, probe=True)
@@ -176,7 +172,7 @@ class ShellSession:
         self._stopped = True
         if proc is None or proc.poll() is not None:
             return
-        _kill_sandbox(proc)
+        kill_sandbox(proc)
         deadline = time.monotonic() + KILL_GRACE_S
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -196,16 +192,8 @@ class ShellSession:
         for t in self._transports:
             t.close()
         self._transports, self._writer, self._reader = [], None, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            _kill_sandbox(proc)
-        deadline = time.monotonic() + KILL_GRACE_S
-        while proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-        if proc.poll() is None:
-            _kill(proc.pid, group=True)
-            proc.wait()
+        if proc is not None:
+            await stop_sandbox(proc)
 
     async def _restart(self) -> None:
         await self._kill()
@@ -276,7 +264,39 @@ class ShellSession:
         return CommandOutput(out, code, timed_out, truncated, seconds, restarted=True, reason=reason)
 
 
-def _kill_sandbox(proc: subprocess.Popen) -> None:
+def spawn_sandboxed(isolation: BwrapIsolation, argv: list[str], work_dir: str, limits: Limits,
+                    ro_binds: Sequence[tuple[str, str]] = ()) -> subprocess.Popen:
+    """Start `argv` in the sandbox (`work_dir` at /work) with pipes on stdin and stdout (stderr
+    merged into stdout), in its own session; OSError when bwrap cannot be started."""
+    argv, cwd = isolation.command(argv, work_dir, limits, ro_binds)
+    return subprocess.Popen(argv, cwd=cwd, env=sandbox_env(work_dir, True), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+
+
+async def connect_pipes(proc: subprocess.Popen, limit: int) -> tuple[asyncio.StreamReader, asyncio.WriteTransport,
+                                                                     list[asyncio.BaseTransport]]:
+    """(reader of its stdout, writer of its stdin, both transports to close) on the running loop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit)
+    rt, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
+    wt, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
+    return reader, wt, [rt, wt]
+
+
+async def stop_sandbox(proc: subprocess.Popen) -> None:
+    """Kill every process of the sandbox (kill_sandbox) and reap bwrap; bwrap itself is killed
+    when it has not exited within KILL_GRACE_S."""
+    if proc.poll() is None:
+        kill_sandbox(proc)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    if proc.poll() is None:
+        _kill(proc.pid, group=True)
+        proc.wait()
+
+
+def kill_sandbox(proc: subprocess.Popen) -> None:
     """SIGKILL the sandbox's pid 1. The kernel then kills everything in its pid namespace and
     reports pid 1's death (so bwrap exits) only once they are all gone: bwrap's exit is the
     proof that nothing is left, so bwrap itself is killed only when it does not exit."""
