@@ -91,13 +91,15 @@ class BaseConfig(Strict):
 
 class DataConfig(Strict):
     # A JSONL file of {"messages": [...]}, "hf:NAME[:SPLIT]" for HF datasets,
-    # or "gym:DOMAIN[,DOMAIN...]:N" for N reasoning-gym examples with worked answers.
+    # "gym:DOMAIN[,DOMAIN...]:N" for N reasoning-gym examples with worked answers, or
+    # "tasks:NAME[,NAME...]:N" for gold demonstrations of registered task sources (e.g. BFCL's).
     train: str = "gym:basic_arithmetic,chain_sum:4000"
     eval: str | None = None  # same forms; None holds out eval_fraction of train
     eval_fraction: float = Field(0.02, ge=0.0, lt=1.0)
     max_seq_len: int = Field(512, gt=0)  # longer examples are truncated
     skip_bad_lines: bool = False  # count and report bad lines instead of failing
-    # reasoning-gym options per domain for gym: sources, e.g. {"chain_sum": {"max_terms": 3}}
+    # options per domain for gym: and tasks: sources, e.g. {"chain_sum": {"max_terms": 3}} or
+    # {"bfcl_simple_python": {"split": "train"}}
     task_options: dict[str, dict[str, Any]] = {}
     seed: int = 0
 

@@ -58,13 +58,14 @@ class SFTData:
 
 def prepare_data(cfg: SFTConfig, tokenizer) -> SFTData:
     d, t = cfg.data, cfg.train
-    train = load_chat_examples(d.train, skip_bad_lines=d.skip_bad_lines, seed=d.seed, task_options=d.task_options)
+    train = load_chat_examples(d.train, skip_bad_lines=d.skip_bad_lines, seed=d.seed, task_options=d.task_options,
+                               tokenizer=tokenizer)
     bad_lines = train.bad_lines
     if train.bad_lines:
         console.print(f"[yellow]warning:[/] {train.bad_lines_summary()}")
     if d.eval is not None:
         held = load_chat_examples(d.eval, skip_bad_lines=d.skip_bad_lines, seed=d.seed + 1,
-                                  task_options=d.task_options)
+                                  task_options=d.task_options, tokenizer=tokenizer)
         if held.bad_lines:
             console.print(f"[yellow]warning:[/] {held.bad_lines_summary()}")
         bad_lines += held.bad_lines

@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from posttrain.errors import ConfigError
-from posttrain.tasks.bfcl_data import load_category, multi_turn_docs, pick, tool_schema
+from posttrain.envs.base import ToolCall
+from posttrain.tasks.bfcl_data import load_category, multi_turn_docs, pick, tool_name, tool_schema
 from posttrain.tasks.registry import register_source
 from posttrain.types import Limits, Task
 
@@ -70,6 +71,20 @@ def single_turn_tasks(category: str, n: int | None, seed: int, options: Mapping[
     return [single_turn_task(source, category, e, dots) for e in pick(load_category(category), n, seed, split, source)]
 
 
+def gold_calls(task: Task) -> list[ToolCall] | None:
+    """The first possible answer of every parameter, as calls (the SFT demonstration of an AST
+    category); None for the categories whose right answer is no call."""
+    answer = task.reference.get("answer") if isinstance(task.reference, dict) else None
+    if not answer:
+        return None
+    calls = []
+    for i, entry in enumerate(answer):
+        (name, params), = entry.items()
+        args = {k: v[0] for k, v in params.items() if v and v[0] != ""}  # "" first: the parameter is optional
+        calls.append(ToolCall(tool_name(name, task.reference.get("dots", False)), args, f"call_{i}"))
+    return calls
+
+
 def _register_single_turn(category: str, size: int) -> None:
     what = {"irrelevance": "no function fits: passed when the model calls none",
             "live_irrelevance": "user-contributed, no function fits: passed when the model calls none",
@@ -78,7 +93,8 @@ def _register_single_turn(category: str, size: int) -> None:
     def make(n: int | None, seed: int, options: Mapping[str, Any]) -> list[Task]:
         return single_turn_tasks(category, n, seed, options)
 
-    register_source(f"bfcl_{category}", size=size, description=f"BFCL v4 {category}: {what}")(make)
+    register_source(f"bfcl_{category}", size=size, description=f"BFCL v4 {category}: {what}",
+                    demo=None if "relevance" in category else gold_calls)(make)
 
 
 for _category, _size in SINGLE_TURN.items():

@@ -42,6 +42,9 @@ class Source:
     make: SourceFn
     size: int | None  # tasks in a fixed dataset; None: generated (any n)
     description: str
+    # a task's gold demonstration for SFT (`data.train: "tasks:NAME:N"`): the assistant's text, or
+    # the tool calls the run's parser writes out; None where the task has none
+    demo: Callable[[Task], Any] | None = None
 
 
 SOURCES: dict[str, Source] = {}
@@ -49,11 +52,12 @@ GROUPS: dict[str, Callable[[], list[str]]] = {}
 _loaded = False
 
 
-def register_source(name: str, *, size: int | None = None, description: str = "") -> Callable[[SourceFn], SourceFn]:
+def register_source(name: str, *, size: int | None = None, description: str = "",
+                    demo: Callable[[Task], Any] | None = None) -> Callable[[SourceFn], SourceFn]:
     def add(fn: SourceFn) -> SourceFn:
         if name in SOURCES and SOURCES[name].make is not fn:
             raise ValueError(f"task source {name!r} is already registered")
-        SOURCES[name] = Source(name, fn, size, description or (fn.__doc__ or "").strip().split("\n")[0])
+        SOURCES[name] = Source(name, fn, size, description or (fn.__doc__ or "").strip().split("\n")[0], demo)
         return fn
 
     return add
@@ -122,6 +126,11 @@ def check_name(name: str) -> None:
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(f"unknown task domain {name!r}: {hint}run `posttrain tasks list` to see all {len(names)}")
+
+
+def source_demo(name: str) -> Callable[[Task], Any] | None:
+    _load()
+    return SOURCES[name].demo if name in SOURCES else None
 
 
 def make_source_tasks(name: str, n: int | None, seed: int, options: Mapping[str, Any] | None = None) -> list[Task]:
