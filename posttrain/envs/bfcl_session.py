@@ -216,7 +216,7 @@ class BfclSession:
         except TimeoutError:
             raise StepLimitError(f"the calls did not finish within {timeout:g}s") from None
         except ValueError:  # the line passed the reader's limit
-            raise StepLimitError(f"the calls' results passed {READ_LIMIT_BYTES >> 20} MiB") from None
+            raise StepLimitError(f"the calls' results passed the reply limit ({READ_LIMIT_BYTES} bytes)") from None
         except asyncio.CancelledError:
             self._stale = True
             raise

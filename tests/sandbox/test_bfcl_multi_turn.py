@@ -394,3 +394,25 @@ def test_a_runner_that_stays_broken_is_infra_error(tasks, monkeypatch, runner, m
 
     asyncio.run(main())
     assert session.restarts == restarts and session.history == [] and runner_pids() == []
+
+
+def test_results_over_the_reply_limit_are_dropped_and_the_runner_replays(tasks, monkeypatch):
+    monkeypatch.setattr(bfcl_session, "READ_LIMIT_BYTES", 160)  # an ls of /workspace/document passes it, a pwd does not
+    session = BfclSession(tasks["multi_turn_base_0"].reference, isolation=shared_isolation(UID, UID), cpu_seconds=60)
+    cd = {"name": "cd", "arguments": {"folder": "document"}}
+
+    async def main():
+        try:
+            await session.call([cd], 10.0)
+            with pytest.raises(bfcl_session.StepLimitError, match="reply limit"):
+                await session.call([{"name": "touch", "arguments": {"file_name": "x.txt"}}, {"name": "ls", "arguments": {}}], 10.0)
+            assert runner_pids() == []  # killed at once
+            return [(await session.call([c], 10.0))[0] for c in after]
+        finally:
+            await session.close()
+
+    after = [{"name": "pwd", "arguments": {}}, {"name": "find", "arguments": {"name": "x.txt"}}]
+    pwd, found = asyncio.run(main())
+    assert pwd["result"] == '{"current_working_directory": "/workspace/document"}'  # the kept cd was replayed
+    assert json.loads(found["result"]) == {"matches": []}  # the dropped touch was not
+    assert session.restarts == 1 and [c for c, _ in session.history] == [cd, *after]
