@@ -19,8 +19,8 @@ or at --max-tokens, which ends the episode in both loops), but the actions execu
 model says: a terminal episode runs 2-6 shell commands in its own persistent bubblewrap session
 (real commands over the task's files, each followed by `sleep t`, the wait on a build or a test
 run: t log-normal per command, median --work-median seconds, sigma 1, capped at 8 s); a BFCL
-episode runs its task's ground-truth calls, one per turn, each a real sandbox run of BFCL's API
-classes (envs/bfcl.py). Scripts and seeds are drawn from --seed; both loops get the same ones.
+episode runs its task's ground-truth calls, one per turn, in the episode's persistent sandboxed
+runner of BFCL's API classes (envs/bfcl_session.py). Scripts and seeds are drawn from --seed; both loops get the same ones.
 
 --fast-engine swaps the model for a random 2-layer one with SmolLM2's tokenizer (its turns end at any
 of 1/8 of the vocabulary): an engine much faster than the tools, as a GPU engine is next to real

@@ -19,8 +19,10 @@ Limits (Task.limits) and the stop reason each gives (`Trajectory.stop_reason`):
 - the next turn or bridge would pass `max_total_tokens` -> "truncated"
 - `seconds` of episode wall time (model and tools) -> "timeout" (the request is aborted)
 - an env exception -> "env_error"; `InfraError` (sandbox down) -> "infra_error"
-Each tool call has `tool_timeout` seconds (the env's own limit where it has one, else the loop's
-wait): past it, a "tool_timeout" error observation. An observation over `max_observation_tokens`
+Each tool call has `tool_timeout` seconds: an env answers a call past it with a "tool_timeout"
+error observation (the terminal env kills the command, BFCL's runner the step); a step that does
+not come back within its calls' timeouts plus STEP_GRACE_S (an env that hangs) ends the episode
+as "timeout". An observation over `max_observation_tokens`
 is cut with a marker. env_error and infra_error trajectories carry no score (excluded from group
 baselines) and are counted; the caller retries infra_error episodes (envs/rollout.py).
 
@@ -42,6 +44,7 @@ from posttrain.envs.template import POLICY, ChatFormat, TemplateError
 from posttrain.rollout.engine import SamplingParams
 from posttrain.types import Limits, Task, Trajectory
 
+STEP_GRACE_S = 5.0  # an env step may take its calls' tool_timeout plus this before the loop gives up on it
 TRUNCATION_MARKER = "\n[... observation truncated: {n} more tokens ...]"
 
 
@@ -166,8 +169,10 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
         stats["tool_calls"] += len(action.tool_calls) + len(errors)
         t1 = time.perf_counter()
         try:  # a turn whose every call failed is not an answer: the model gets the errors and goes on
+            # an env answers a late call itself (tool_timeout error); this bound only catches one that hangs
+            guard = min(left(), limits.tool_timeout * max(1, len(action.tool_calls)) + STEP_GRACE_S)
             obs, done, info = ([], False, {}) if errors and not action.tool_calls and turns < limits.max_turns else \
-                await asyncio.wait_for(env.step(action), max(left(), 0.001))
+                await asyncio.wait_for(env.step(action), max(guard, 0.001))
         except asyncio.TimeoutError:
             stop = "timeout"
             break

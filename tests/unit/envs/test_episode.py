@@ -189,3 +189,11 @@ def test_single_turn_tool_task_keeps_every_decoded_call(tiny_tokenizer):
     [[traj]] = rollout(engine, tok, [t], [1], PARAMS, [3], version=0, parser="hermes")
     assert traj.stop_reason == "done" and traj.turns == 1 and traj.stats["tool_errors/bad_arguments"] == 1
     assert traj.final_state == {"tool_calls": [{"name": "add", "arguments": {"a": "two", "b": 3}}], "parse_errors": []}
+
+
+def test_a_hanging_step_ends_the_episode_at_its_calls_timeouts(tiny_tokenizer, monkeypatch):
+    import posttrain.envs.episode as episode
+
+    monkeypatch.setattr(episode, "STEP_GRACE_S", 0.2)
+    _, [traj] = run(tiny_tokenizer, {6: [call("sleep", seconds=30.0), "done"]}, [task(tool_timeout=0.3, seconds=60.0)])
+    assert traj.stop_reason == "timeout" and traj.stats["episode_seconds"] < 5.0
