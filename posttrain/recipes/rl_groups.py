@@ -120,6 +120,7 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch
     exhausted = not replay_on or not len(ctx.buffer)  # no more stored tasks to draw: fresh groups fill in
     stats = {"time/rollout": 0.0, "time/verify": 0.0, "filtered_groups": 0, "rollout_attempts": 0,
              "generated_groups": 0, "replay_groups": 0}
+    counts_before = _prefix_counts(ctx.engine)
     for attempt in range(cfg.dynamic_sampling.max_attempts):
         short = target - _replayed_count(replay_kept)
         n_replay = 0 if exhausted or short <= 0 else max(0, slots - len(replay_kept))
@@ -176,19 +177,24 @@ def collect_groups(ctx: StepContext, step: int, temperature: float) -> StepBatch
     stats["replay_groups"] = len(replay_kept)
     failed = stats.pop("failed_episodes", [])
     stats.update(episode_metrics([(g.task, t) for g in generated for t in g.fresh] + failed))
-    stats.update(engine_prefix_metrics(ctx.engine))
+    stats.update(prefix_metrics(counts_before, _prefix_counts(ctx.engine)))
     return StepBatch(kept, generated, stats)
 
 
-def engine_prefix_metrics(engine) -> dict[str, float]:
-    """The paged engine's prefix cache over the run: prompt tokens admitted and the share of them
-    found cached (a multi-turn episode's later turns prefill only their new tokens)."""
+def _prefix_counts(engine) -> tuple[int, int] | None:
     kv = engine.kv_stats() if hasattr(engine, "kv_stats") else {}
-    if "prompt_tokens" not in kv:
+    return (kv["prompt_tokens"], kv["prefill_tokens_saved"]) if "prompt_tokens" in kv else None
+
+
+def prefix_metrics(before: tuple[int, int] | None, after: tuple[int, int] | None) -> dict[str, float]:
+    """The step's prompt tokens admitted by the paged engine and the share found in its prefix cache
+    (a multi-turn episode's later turns prefill only their new tokens). Performance counters, like
+    timings: a resumed run starts with a cold cache, so they are `perf/` keys, not replayed exactly."""
+    if before is None or after is None:
         return {}
-    total = kv["prompt_tokens"]
-    return {"engine/prompt_tokens": float(total), "engine/prefill_tokens_saved": float(kv["prefill_tokens_saved"]),
-            "engine/prefill_saved_share": kv["prefill_tokens_saved"] / total if total else 0.0}
+    total, saved = after[0] - before[0], after[1] - before[1]
+    return {"perf/prompt_tokens": float(total), "perf/prefill_tokens_saved": float(saved),
+            "perf/prefill_saved_share": saved / total if total else 0.0}
 
 
 def add_to_buffer(ctx: StepContext, groups: list[Group], step: int, per_group: int) -> None:
