@@ -17,7 +17,10 @@ Limits (Task.limits) and the stop reason each gives (`Trajectory.stop_reason`):
 - a turn without tool calls, or the env says done -> "done"
 - `max_turns` sampled turns -> "max_turns"; a turn cut at `max_new_tokens` -> "max_tokens"
 - the next turn or bridge would pass `max_total_tokens` -> "truncated"
-- `seconds` of episode wall time (model and tools) -> "timeout" (the request is aborted)
+- `seconds` of environment time (reset and steps: tools, sandboxes) -> "timeout". The model's
+  time is bounded by tokens only, never by a clock: an episode's outcome must not depend on how
+  loaded the engine is (a batch of 256 episodes queues on a CPU engine for minutes), or runs would
+  not replay. (Harbor's agent timeout counts both; ours is the env's share of it.)
 - an env exception -> "env_error"; `InfraError` (sandbox down) -> "infra_error"
 Each tool call has `tool_timeout` seconds: an env answers a call past it with a "tool_timeout"
 error observation (the terminal env kills the command, BFCL's runner the step); a step that does
@@ -124,10 +127,16 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
     b = _Builder()
     notes: dict[str, Any] = {}
 
-    def left() -> float:
-        return limits.seconds - (time.perf_counter() - started)
+    env_time = [0.0]  # seconds spent in the env (reset, steps): what `limits.seconds` bounds
 
-    messages = await asyncio.wait_for(env.reset(task), max(left(), 0.001))
+    def left() -> float:
+        return limits.seconds - env_time[0]
+
+    t_reset = time.perf_counter()
+    try:
+        messages = await asyncio.wait_for(env.reset(task), max(left(), 0.001))
+    finally:
+        env_time[0] += time.perf_counter() - t_reset
     tools = list(getattr(env, "tools", None) or ())
     ids, sources, history, tools_kwargs = fmt.prompt(messages, tools)
     b.add_context(ids, sources)
@@ -143,12 +152,11 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             break
         max_tokens = min(params.max_tokens, limits.max_new_tokens, budget)
         request = replace(params, max_tokens=max_tokens, seed=turn_seed(params.seed, turns))
-        t0 = time.perf_counter()
-        try:
-            completion = await asyncio.wait_for(client.generate(b.ids, request), max(left(), 0.001))
-        except asyncio.TimeoutError:
+        if left() <= 0:
             stop = "timeout"
             break
+        t0 = time.perf_counter()
+        completion = await client.generate(b.ids, request)  # bounded by tokens, never by a clock
         stats["engine_seconds"] += time.perf_counter() - t0
         b.add_sampled(completion.token_ids, completion.logprobs, version)
         turns += 1
@@ -183,6 +191,8 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             notes["env_error"] = f"{type(e).__name__}: {e}"
             stop = "env_error"
             break
+        finally:
+            env_time[0] += time.perf_counter() - t1
         stats["env_seconds"] += float(info.get("env_seconds", time.perf_counter() - t1))
         observations = [*errors, *obs]
         for o in observations:
