@@ -10,7 +10,10 @@ unfinished, so turns of hundreds of episodes are batched continuously while othe
 tools; a plain `Engine` (HF, scripted) gets what arrived within `batch_window_s` as one
 `generate` call. Cancelling the awaiting task (an episode past its wall time) aborts the request
 in the engine. The same seed gives the same completion whatever else is in flight (the engine
-contract), so episodes stay reproducible.
+contract), so episodes stay reproducible; the requests made in one event-loop tick (a rollout's
+first turns) reach the engine as one batch, so its first steps, and the float rounding of their
+logprobs, do not depend on thread timing. Later turns join whenever their tools finish: their
+tokens are the same on a rerun, their logprobs equal up to float rounding.
 
 The engine belongs to the runner's thread while the client is open: weights are updated
 between rollouts (after `close`), never during one.
@@ -31,6 +34,7 @@ class AsyncEngine:
         self.engine = engine
         self.runner = EngineRunner(engine, batch_window_s=batch_window_s)
         self.requests = 0
+        self._pending: list[tuple] = []  # requests of this loop tick, handed over together (_flush)
 
     @property
     def version(self) -> int:
@@ -60,12 +64,27 @@ class AsyncEngine:
                 pass
 
         self.requests += 1
-        handle = self.runner.submit(list(prompt), params, sink)
+        slot: list = []
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((list(prompt), params, sink, slot))
         try:
             return await done
         except asyncio.CancelledError:
-            self.runner.cancel(handle)
+            if slot:
+                self.runner.cancel(slot[0])
+            else:  # not handed to the engine yet
+                self._pending = [p for p in self._pending if p[3] is not slot]
             raise
+
+    def _flush(self) -> None:
+        """Hand every request of this loop tick to the engine as one batch: the episodes that start
+        together (a rollout's first turns) share the engine's first step whatever the thread timing."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        for (*_, slot), req in zip(pending, self.runner.submit_many([p[:3] for p in pending])):
+            slot.append(req)
 
     def idle_fraction(self) -> float:
         """The share of wall time since the client opened that the engine was not computing."""

@@ -71,6 +71,12 @@ class EngineRunner:
         self._inbox.put(("add", req))
         return req
 
+    def submit_many(self, items: list[tuple[list[int], SamplingParams, Sink]]) -> list[_Request]:
+        """Requests the engine takes together, before its next step (a deterministic first batch)."""
+        reqs = [_Request(prompt, params, sink) for prompt, params, sink in items]
+        self._inbox.put(("add_many", reqs))
+        return reqs
+
     def cancel(self, req: _Request) -> None:
         req.cancelled = True
         self._inbox.put(("abort", req))
@@ -110,12 +116,15 @@ class EngineRunner:
                     return
                 if kind == "call":
                     self._do_call(item)
-                elif kind == "add" and not item.cancelled:
-                    try:
-                        item.engine_id = eng.add_request(item.prompt, item.params)
-                        live[item.engine_id] = item
-                    except Exception as exc:  # noqa: BLE001 - a bad request fails alone
-                        item.sink(exc)
+                elif kind in ("add", "add_many"):
+                    for req in item if kind == "add_many" else [item]:
+                        if req.cancelled:
+                            continue
+                        try:
+                            req.engine_id = eng.add_request(req.prompt, req.params)
+                            live[req.engine_id] = req
+                        except Exception as exc:  # noqa: BLE001 - a bad request fails alone
+                            req.sink(exc)
                 elif kind == "abort" and item.engine_id is not None and live.pop(item.engine_id, None) is not None:
                     eng.abort(item.engine_id)
             if not eng.has_unfinished():
@@ -157,6 +166,8 @@ class EngineRunner:
                     self._do_call(item)
                 elif kind == "add":
                     batch.append(item)
+                elif kind == "add_many":
+                    batch.extend(item)
             batch = [r for r in batch if not r.cancelled]
             if batch:
                 self._generate(batch)
