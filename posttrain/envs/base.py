@@ -134,11 +134,7 @@ def _load_builtins() -> None:
     import importlib
 
     for module in BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:  # an environment not built yet
-            if e.name != module:
-                raise
+        importlib.import_module(module)
 
 
 def make_env(name: str, resources: Resources) -> Env:

@@ -73,11 +73,7 @@ def _load() -> None:
     if not _loaded:
         _loaded = True
         for module in BUILTIN_MODULES:
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as e:  # TEMPORARY while issue 15's sources are written
-                if e.name != module:
-                    raise
+            importlib.import_module(module)
 
 
 def _reasoning_gym_domains() -> list[str]:

@@ -133,17 +133,9 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 
 
 def _load_builtins() -> None:
-    # each registers its verifiers: exact, numeric, reasoning_gym; code; regex, tags, json, length; math
-    from posttrain.verifiers import basic, code, format, math, needle, safety  # noqa: F401
-
-    import importlib
-
-    for module in ("posttrain.verifiers.bfcl_ast", "posttrain.verifiers.env_score"):
-        try:  # TEMPORARY while issue 15's verifiers are written
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
+    # each registers its verifiers: exact, numeric, reasoning_gym; bfcl_ast; code; env_score; regex, tags,
+    # json, length; math; needle; safety
+    from posttrain.verifiers import basic, bfcl_ast, code, env_score, format, math, needle, safety  # noqa: F401
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:
