@@ -32,11 +32,13 @@ what the template would re-render at inference -- the documented fallback (docs/
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 from posttrain.errors import ConfigError, ModelLoadError
 
 POLICY, ENV, TEMPLATE = 0, 1, 2
+PROMPT_CACHE_SIZE = 4096  # rendered first prompts kept per model
 _PROBE_THINK = "<think>\nplan the call\n</think>\n"
 
 
@@ -62,6 +64,7 @@ class ChatFormat:
         self.tokenizer, self.parser, self.template_check = tokenizer, parser, template_check
         self.checked = False
         self.problems: list[str] = []
+        self._prompts: dict[str, tuple] = {}
 
     @classmethod
     def of(cls, tokenizer, parser=None, template_check: str = "refuse") -> "ChatFormat":
@@ -109,11 +112,18 @@ class ChatFormat:
 
     def prompt(self, messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None
                ) -> tuple[list[int], list[int], list[Mapping], dict]:
-        """(ids, sources, rendered messages, tools kwargs) of the first prompt."""
-        msgs, kwargs = self._with_tools(messages, tools)
-        text = _render(self.tokenizer, msgs, kwargs, True)
-        ids, sources = self._encode(text, self._spans(text, [str(m.get("content", "")) for m in msgs]))
-        return ids, sources, msgs, kwargs
+        """(ids, sources, rendered messages, tools kwargs) of the first prompt (cached: a group's
+        samples share it; callers never mutate what they get)."""
+        key = json.dumps([list(messages), tools or []], sort_keys=True, default=str)
+        hit = self._prompts.get(key)
+        if hit is None:
+            msgs, kwargs = self._with_tools(messages, tools)
+            text = _render(self.tokenizer, msgs, kwargs, True)
+            ids, sources = self._encode(text, self._spans(text, [str(m.get("content", "")) for m in msgs]))
+            if len(self._prompts) >= PROMPT_CACHE_SIZE:
+                self._prompts.clear()
+            hit = self._prompts[key] = (ids, sources, msgs, kwargs)
+        return hit
 
     def bridge_text(self, history: Sequence[Mapping], turn_text: str, stop_text: str | None,
                     observations: Sequence[Mapping], tools_kwargs: Mapping) -> tuple[str, list[str]]:

@@ -46,20 +46,27 @@ class AsyncEngine:
         ids: list[int] = []
         logprobs: list[float] = []
 
-        def on_event(ev: StepOutput | BaseException) -> None:  # on the loop
+        def finish(result: Completion | BaseException) -> None:  # on the loop
             if done.done():
                 return
-            if isinstance(ev, BaseException):
-                done.set_exception(ev)
-                return
-            ids.extend(ev.token_ids)
-            logprobs.extend(ev.logprobs)
-            if ev.finished:
-                done.set_result(Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop"))
+            if isinstance(result, BaseException):
+                done.set_exception(result)
+            else:
+                done.set_result(result)
 
         def sink(ev: StepOutput | BaseException) -> None:  # on the engine thread
+            # tokens gather here; the loop is woken once per request, not once per token (a wake-up
+            # per token keeps the loop thread fighting the engine thread for the GIL)
+            if isinstance(ev, BaseException):
+                result: Completion | BaseException = ev
+            else:
+                ids.extend(ev.token_ids)
+                logprobs.extend(ev.logprobs)
+                if not ev.finished:
+                    return
+                result = Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop")
             try:
-                loop.call_soon_threadsafe(on_event, ev)
+                loop.call_soon_threadsafe(finish, result)
             except RuntimeError:  # the loop has closed: nobody is waiting
                 pass
 
