@@ -19,8 +19,8 @@ def aio(fn):
     return run
 
 
-def processes_of(uid: int) -> list[str]:
-    """The command lines of every host process whose real uid is `uid`."""
+def process_table() -> list[tuple[int, int, str]]:
+    """(pid, real uid, command line) of every host process."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -32,9 +32,13 @@ def processes_of(uid: int) -> list[str]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, StopIteration):
             continue
-        if real_uid == uid:
-            found.append(cmd)
+        found.append((int(name), real_uid, cmd))
     return found
+
+
+def processes_of(uid: int) -> list[str]:
+    """The command lines of every host process whose real uid is `uid`."""
+    return [cmd for _, real_uid, cmd in process_table() if real_uid == uid]
 
 
 def cmdlines_with(marker: str) -> list[str]:

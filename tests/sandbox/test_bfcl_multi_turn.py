@@ -26,6 +26,7 @@ from posttrain.sandbox import SandboxError
 from posttrain.tasks.registry import make_source_tasks
 from posttrain.types import Trajectory
 from posttrain.verifiers.registry import run_verifiers
+from tests.sandbox.procs import process_table
 
 
 UID = 64126 if os.geteuid() == 0 else os.getuid()  # the runners of these tests only (not the terminal tests' 64125)
@@ -34,18 +35,8 @@ SERVE = "bfcl_runner.py --serve"
 
 def runner_pids(uid: int = UID) -> list[int]:
     """Host pids of the persistent runners (the python processes) running as `uid`."""
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/status") as f:
-                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, StopIteration):
-            continue
-        if real_uid == uid and SERVE in cmd and "bwrap" not in cmd and "sandbox-init" not in cmd:  # not bwrap, pid 1
-            found.append(int(name))
-    return found
+    return [pid for pid, real_uid, cmd in process_table()  # not bwrap, not the sandbox's pid 1
+            if real_uid == uid and SERVE in cmd and "bwrap" not in cmd and "sandbox-init" not in cmd]
 
 
 def one_task_per_class(tasks) -> list:
