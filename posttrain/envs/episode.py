@@ -39,7 +39,7 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from posttrain.envs.base import Action, Env, InfraError, Observation
 from posttrain.errors import ConfigError
@@ -141,12 +141,13 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
     ids, sources, history, tools_kwargs = fmt.prompt(messages, tools)
     b.add_context(ids, sources)
     prompt_len = len(ids)
-    turns, stop, finish, last_text = 0, None, "stop", ""
+    cap = limits.max_total_tokens or 1 << 62  # None: the engine's context bounds it
+    turns, stop, finish, last_ids = 0, None, "stop", []
     while stop is None:
         if turns >= limits.max_turns:
             stop = "max_turns"
             break
-        budget = (limits.max_total_tokens or 1 << 62) - len(b.ids)
+        budget = cap - len(b.ids)
         if budget <= 0:
             stop = "truncated"
             break
@@ -168,7 +169,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             if last in getattr(fmt.tokenizer, "all_special_tokens", ()):  # a stop token, not a stop string
                 stop_text, out = last, out[:-1]
         turn_text = fmt.tokenizer.decode(out, skip_special_tokens=False)
-        last_text = fmt.tokenizer.decode(list(completion.token_ids), skip_special_tokens=True)
+        last_ids = list(completion.token_ids)
         try:
             action, errors = _checked_action(fmt, turn_text, tools)
         except ConfigError as e:  # the task's own tool schema is broken: not the model's fault
@@ -199,7 +200,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             if o.error:
                 stats[f"tool_errors/{o.error}"] += 1
         if finish == "length":
-            stop = "truncated" if len(b.ids) >= (limits.max_total_tokens or 1 << 62) else "max_tokens"
+            stop = "truncated" if len(b.ids) >= cap else "max_tokens"
             break
         if done or not observations:
             stop = "done"
@@ -212,7 +213,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             notes["env_error"] = str(e)
             stop = "env_error"
             break
-        if len(b.ids) + len(bridge_ids) >= (limits.max_total_tokens or 1 << 62):
+        if len(b.ids) + len(bridge_ids) >= cap:
             stop = "truncated"
             break
         b.add_context(bridge_ids, bridge_sources)
@@ -228,7 +229,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
     events = (f"env_error: {notes['env_error']}",) if "env_error" in notes else ()
     return Trajectory(
         task_id=task.id, token_ids=tuple(b.ids), loss_mask=tuple(b.mask), logprobs=tuple(b.logprobs),
-        prompt_len=prompt_len, sampling=params, text=last_text, policy_version=version, turns=turns,
+        prompt_len=prompt_len, sampling=params, text=fmt.tokenizer.decode(last_ids, skip_special_tokens=True), policy_version=version, turns=turns,
         finish_reason="error" if stop in ("env_error", "infra_error") else finish,
         timings={"episode": stats["episode_seconds"]}, events=events, sampler_weights=sampler_weights,
         token_sources=tuple(b.sources), token_versions=tuple(b.versions), stop_reason=stop, final_state=state,
@@ -242,7 +243,3 @@ def failed_episode(task: Task, params: SamplingParams, version: int, reason: str
     return Trajectory(task_id=task.id, token_ids=(), loss_mask=(), logprobs=(), prompt_len=0, sampling=params,
                       policy_version=version, turns=0, finish_reason="error", stop_reason=reason,
                       events=(f"{reason}: {why}",), stats={f"{reason}s": 1.0})
-
-
-def stop_reason_counts(trajs) -> Mapping[str, int]:
-    return Counter(t.stop_reason for t in trajs)

@@ -21,6 +21,7 @@ FAILED = ("env_error", "infra_error")
 
 
 def is_episode_domain(task: Task) -> bool:
+    """Does the task run in an environment or offer tools (so its turns are parsed for calls)?"""
     return task.env != "single_turn" or bool((task.metadata or {}).get("tools"))
 
 

@@ -29,20 +29,18 @@ from typing import Sequence
 
 from posttrain.envs.base import InfraError, Resources, make_env
 from posttrain.envs.episode import failed_episode, run_episode
+from posttrain.envs.metrics import is_episode_domain
 from posttrain.envs.template import ChatFormat
+from posttrain.errors import ConfigError, ModelLoadError
 from posttrain.rollout.client import AsyncEngine
 from posttrain.rollout.engine import Engine, SamplingParams
 from posttrain.types import Task, Trajectory
 
 
-def needs_tools(tasks: Sequence[Task]) -> bool:
-    return any((t.metadata or {}).get("tools") or t.env != "single_turn" for t in tasks)
-
-
 def chat_format(tokenizer, tasks: Sequence[Task], parser: str = "auto", template_check: str = "refuse") -> ChatFormat:
     """The model's ChatFormat, its template checked when some task runs more than one turn."""
     tool_parser = None
-    if needs_tools(tasks):
+    if any(is_episode_domain(t) for t in tasks):
         from posttrain.envs.tools.parsers import pick_parser
 
         tool_parser = pick_parser(tokenizer, parser)
@@ -72,9 +70,9 @@ async def run_episodes(client: AsyncEngine, fmt: ChatFormat, jobs: Sequence[tupl
                     return failed_episode(task, request, version, "timeout", "the environment did not start in time")
                 except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
                     raise
+                except (ConfigError, ModelLoadError):  # the user's to fix: the run stops, one line
+                    raise
                 except Exception as e:  # noqa: BLE001 - the env failed to start: this episode only
-                    if type(e).__name__ in ("ConfigError", "ModelLoadError"):
-                        raise
                     return failed_episode(task, request, version, "env_error", f"{type(e).__name__}: {e}")
                 finally:
                     try:

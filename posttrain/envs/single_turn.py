@@ -25,10 +25,10 @@ def prompt_ids(tokenizer, task: Task, parser=None) -> list[int]:
     from posttrain.envs.template import ChatFormat
 
     tools = task.metadata.get("tools") if task.metadata else None
-    if tools and parser is None:
-        from posttrain.envs.tools.parsers import get_parser
+    if tools and parser is None:  # the parser rollout picks by default (`rollout.tool_parser: auto`)
+        from posttrain.envs.tools.parsers import pick_parser
 
-        parser = get_parser("hermes")
+        parser = pick_parser(tokenizer)
     return ChatFormat.of(tokenizer, parser).prompt(task.prompt, tools)[0]
 
 

@@ -33,7 +33,7 @@ what the template would re-render at inference -- the documented fallback (docs/
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from posttrain.errors import ConfigError, ModelLoadError
 
@@ -190,9 +190,10 @@ def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> l
     if stop is None:
         problems.append("turn_end: the template writes no special token after an assistant message, so the end "
                         "of a sampled turn cannot be matched to it")
-    call = {"name": "lookup", "arguments": {"q": "x"}}
-    turn1 = (fmt.parser.format_calls([_as_call(call)], "checking") if fmt.parser is not None
-             else "checking <tool_call>" + '{"name": "lookup", "arguments": {"q": "x"}}' + "</tool_call>")
+    from posttrain.envs.base import ToolCall
+    from posttrain.envs.tools.parsers import get_parser
+
+    turn1 = (fmt.parser or get_parser("hermes")).format_calls([ToolCall("lookup", {"q": "x"}, "call_0")], "checking")
     start = [{"role": "system", "content": "sys"}, {"role": "user", "content": "question one"}]
     msgs, kwargs = fmt._with_tools(start, tools)
     tool_msg = {"role": "tool", "name": "lookup", "content": "result one"}
@@ -222,9 +223,3 @@ def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> l
         problems.append(f"bridge: rebuilding a conversation turn by turn gives {what} (char {at}: "
                         f"{text[at:at + 24]!r} vs the template's {full[at:at + 24]!r})")
     return problems
-
-
-def _as_call(call: Mapping[str, Any]):
-    from posttrain.envs.base import ToolCall
-
-    return ToolCall(name=call["name"], arguments=call["arguments"], id="call_0")

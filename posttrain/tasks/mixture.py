@@ -117,13 +117,17 @@ class ListSource:
         self.cursor = int(state["cursor"])
 
 
-def jsonl_source(domain: str, path: str, seed: int, n_eval: int) -> ListSource:
-    """A JSONL file's tasks; its last `n_eval` lines held out for eval."""
-    tasks = load_tasks(path, domain)
+def _last_held_out(domain: str, tasks: list[Task], n_eval: int, seed: int, where: str) -> ListSource:
+    """The tasks with their last `n_eval` held out for eval."""
     if n_eval and len(tasks) <= n_eval:
-        raise ConfigError(f"domain {domain!r}: {path} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
+        raise ConfigError(f"domain {domain!r}: {where} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
     return ListSource(domain, tasks[: len(tasks) - n_eval] if n_eval else tasks,
                       tasks[len(tasks) - n_eval:] if n_eval else [], seed)
+
+
+def jsonl_source(domain: str, path: str, seed: int, n_eval: int) -> ListSource:
+    """A JSONL file's tasks; its last `n_eval` lines held out for eval."""
+    return _last_held_out(domain, load_tasks(path, domain), n_eval, seed, path)
 
 
 def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: int, n_eval: int) -> ListSource:
@@ -136,10 +140,7 @@ def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: 
     if options.get("split") == "train":
         held_out = make_source_tasks(domain, None, task_seed, {**options, "split": "test"})[:n_eval]
         return ListSource(domain, tasks, held_out, seed)
-    if n_eval and len(tasks) <= n_eval:
-        raise ConfigError(f"domain {domain!r}: the source has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
-    return ListSource(domain, tasks[: len(tasks) - n_eval] if n_eval else tasks,
-                      tasks[len(tasks) - n_eval:] if n_eval else [], seed)
+    return _last_held_out(domain, tasks, n_eval, seed, "the source")
 
 
 class Mixture:
