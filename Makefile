@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps "$(BFCL)"
 	@touch $(STAMP)
 
-# bubblewrap isolates the sandbox; chromium renders report.html in its browser test
-# (tests/unit/telemetry/test_report_browser.py). Installed with apt-get when missing and we are root.
+# bubblewrap isolates the sandbox; openscad renders the CAD environment's parts; chromium renders
+# report.html in its browser test (tests/unit/telemetry/test_report_browser.py). Installed with
+# apt-get when missing and we are root.
 sysdeps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -35,6 +36,13 @@ sysdeps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 		else \
 			echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap'"; exit 1; \
+		fi; }
+	@command -v openscad >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing openscad"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openscad >/dev/null; \
+		else \
+			echo "openscad is missing: run 'sudo apt-get install openscad'"; exit 1; \
 		fi; }
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

@@ -117,7 +117,8 @@ class Resources:
 EnvFactory = Callable[[Resources], Env]
 ENVS: dict[str, EnvFactory] = {}
 # modules whose import registers environments
-BUILTIN_MODULES = ["posttrain.envs.single_turn", "posttrain.envs.terminal", "posttrain.envs.bfcl"]
+BUILTIN_MODULES = ["posttrain.envs.single_turn", "posttrain.envs.terminal", "posttrain.envs.bfcl", "posttrain.envs.sql",
+                   "posttrain.envs.document", "posttrain.envs.cad"]
 
 
 def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:

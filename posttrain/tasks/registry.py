@@ -33,7 +33,8 @@ SourceFn = Callable[[int | None, int, Mapping[str, Any]], list[Task]]
 
 # modules whose import registers sources (and groups)
 BUILTIN_MODULES = ["posttrain.tasks.humaneval", "posttrain.tasks.longctx", "posttrain.eval.redteam",
-                   "posttrain.tasks.bfcl", "posttrain.tasks.terminal"]
+                   "posttrain.tasks.bfcl", "posttrain.tasks.terminal", "posttrain.tasks.sql", "posttrain.tasks.document",
+                   "posttrain.tasks.cad"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Source:
     # a task's gold demonstration for SFT (`data.train: "tasks:NAME:N"`): the assistant's text, or
     # the tool calls the run's parser writes out; None where the task has none
     demo: Callable[[Task], Any] | None = None
+    # a generated domain's difficulty levels (1..levels, option `level`; tasks/generated.py); None: not generated
+    levels: int | None = None
 
 
 SOURCES: dict[str, Source] = {}
@@ -53,11 +56,13 @@ _loaded = False
 
 
 def register_source(name: str, *, size: int | None = None, description: str = "",
-                    demo: Callable[[Task], Any] | None = None) -> Callable[[SourceFn], SourceFn]:
+                    demo: Callable[[Task], Any] | None = None,
+                    levels: int | None = None) -> Callable[[SourceFn], SourceFn]:
     def add(fn: SourceFn) -> SourceFn:
         if name in SOURCES and SOURCES[name].make is not fn:
             raise ValueError(f"task source {name!r} is already registered")
-        SOURCES[name] = Source(name, fn, size, description or (fn.__doc__ or "").strip().split("\n")[0], demo)
+        SOURCES[name] = Source(name, fn, size, description or (fn.__doc__ or "").strip().split("\n")[0], demo,
+                               levels)
         return fn
 
     return add

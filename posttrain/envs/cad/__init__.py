@@ -1,0 +1,1 @@
+"""The cad environment (being written for issue 16)."""

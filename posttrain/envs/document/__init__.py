@@ -1,0 +1,1 @@
+"""The document environment (being written for issue 16)."""

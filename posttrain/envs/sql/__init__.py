@@ -1,0 +1,1 @@
+"""The sql environment (being written for issue 16)."""

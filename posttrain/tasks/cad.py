@@ -1,0 +1,1 @@
+"""The cad task source (being written for issue 16)."""

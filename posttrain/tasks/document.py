@@ -1,0 +1,1 @@
+"""The document task source (being written for issue 16)."""

@@ -1,0 +1,1 @@
+"""The sql task source (being written for issue 16)."""
