@@ -7,7 +7,9 @@ A spec is a comma-separated string or a list (a suite's `tasks:`) of items; an i
 `NAME[:N]` or a mapping `{name: NAME, n: N, options: {...}}`. NAME is, in this order:
 - a registered task source (posttrain/tasks/registry.py: `humaneval`, the long-context probes, the
   red-team categories, ...): N tasks from it (default: all of a fixed dataset such as HumanEval's
-  164, `default_n` of a generated one), with `options` as the source's settings;
+  164, `default_n` of a generated one), with `options` as the source's settings; a generated
+  environment domain (`sql`, `document`, `cad`: tasks/generated.py) gives its held-out test seeds
+  from the first, the tasks the RL in-loop eval scores;
 - a group (`reasoning_gym`: every reasoning-gym domain; `redteam`: every red-team category): one
   item per member, each with the same N and options;
 - a reasoning-gym domain (`chain_sum`): N tasks (default `default_n`) from items `seed`, `seed`+1, ...
@@ -168,6 +170,9 @@ def load_spec(spec: str | Sequence[str | Mapping[str, Any]], default_n: int, see
             if item.n is not None and item.n > len(got):
                 raise ConfigError(f"tasks: {item.name}:{item.n}: the file has only {len(got)} tasks")
             tasks += got[: item.n] if item.n is not None else got
+        elif registry.is_source(item.name) and registry.sources()[item.name].levels:
+            # a generated domain: its held-out test seeds from the first, as the RL in-loop eval takes them
+            tasks += registry.make_source_tasks(item.name, item.n, 0, {"split": "test", **(item.options or {})})
         elif registry.is_source(item.name):
             tasks += registry.make_source_tasks(item.name, item.n, seed, item.options or {})
         else:

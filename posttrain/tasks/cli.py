@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from posttrain.errors import ConfigError
 from posttrain.tasks.dedup import DEFAULT_NEAR_THRESHOLD
 
 app = typer.Typer(help="Inspect task sources and build task sets.", no_args_is_help=True)
@@ -100,23 +101,33 @@ def tasks_build(
 
 @app.command("validate")
 def tasks_validate(
-    directory: str = typer.Argument(..., metavar="DIR", help="A terminal task folder, or a directory of them."),
+    directory: Optional[str] = typer.Argument(None, metavar="[DIR]", help="A terminal task folder, or a directory of them."),
+    source: Optional[str] = typer.Option(None, "--source", help="A generated domain (sql, document, cad) instead of DIR."),
+    n: int = typer.Option(5, "--n", min=1, help="With --source: tasks per level."),
+    level: Optional[list[int]] = typer.Option(None, "--level", help="With --source: the levels (repeatable; default all)."),
+    split: str = typer.Option("test", "--split", help="With --source: train or test seeds."),
     as_json: bool = typer.Option(False, "--json", help='Print [{"task", "ok", "reason"}, ...] instead of a table.'),
-    jobs: int = typer.Option(2, "--jobs", min=1, help="Folders validated at the same time."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Tasks validated at the same time."),
 ) -> None:
-    """Check terminal task folders through the terminal env: each must load, its untouched state must
-    fail its tests and its oracle solution/solve.sh must pass them. Exits 1 when any folder fails."""
+    """Check tasks through their env: the untouched state must fail and the oracle must pass. DIR:
+    terminal task folders (each must load; the oracle is solution/solve.sh). --source NAME: a generated
+    domain's tasks, N per level (the oracle is the generator's scripted episode). Exits 1 when any fails."""
     import asyncio
     import json
 
-    from posttrain.tasks.validate import validate_dir
+    from posttrain.tasks.validate import validate_dir, validate_generated
 
-    results = asyncio.run(validate_dir(directory, jobs=jobs))
+    if (directory is None) == (source is None):
+        raise ConfigError("tasks validate: give either DIR or --source NAME")
+    if source is not None:
+        results = asyncio.run(validate_generated(source, n=n, levels=level or None, split=split, jobs=jobs))
+    else:
+        results = asyncio.run(validate_dir(directory, jobs=jobs))
     if as_json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:
         bad = sum(not r.ok for r in results)
-        table = Table(title=f"{len(results)} task folders, {bad} failing", title_justify="left")
+        table = Table(title=f"{len(results)} tasks, {bad} failing", title_justify="left")
         table.add_column("task", style="bold")
         table.add_column("ok")
         table.add_column("reason")

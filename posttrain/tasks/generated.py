@@ -18,8 +18,7 @@ Seeds. `split: train` (the default) gives seeds `seed, seed + 1, ...`, which mus
 draw reaches. The RL mixture draws a generated domain's training tasks from its cursor upward and
 evaluates on the test split (tasks/mixture.py `GeneratedSource`).
 
-Levels. `level` is an int in 1..levels or a list of them (tasks cycle through the list, seed by
-seed); the scheduler's curriculum moves it. Every task records `metadata["level"]` and
+Levels. `level` is an int in 1..levels or a list of them (seed s gets `level[s % len(level)]`); the scheduler's curriculum moves it. Every task records `metadata["level"]` and
 `metadata["seed"]`, and its id is `NAME/L{level}/{seed}`.
 
 Oracle. `oracle_turns(task)` is a scripted episode: turns of tool calls, the last one's `content`
@@ -122,9 +121,10 @@ def register_generated(name: str, *, levels: int, oracle: Oracle, description: s
             wanted, split, own = check_options(name, levels, declared, opts)
             count = default_n if n is None else n
             out = []
-            for i, s in enumerate(task_seeds(name, count, seed, split)):
-                task = make(s, wanted[i % len(wanted)], own)
-                if task.domain != name or task.metadata.get("level") != wanted[i % len(wanted)]:
+            for s in task_seeds(name, count, seed, split):
+                level = wanted[s % len(wanted)]
+                task = make(s, level, own)
+                if task.domain != name or task.metadata.get("level") != level:
                     raise ValueError(f"generator {name!r} made a task without its domain or level")  # a bug
                 out.append(task)
             return out

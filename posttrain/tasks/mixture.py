@@ -13,7 +13,9 @@ keeps. Sources:
 - JSONL: the file's tasks in an order reshuffled every pass, the last `eval_tasks` lines
   held out for eval;
 - a registered source (tasks/registry.py: humaneval, bfcl_*, terminal, needle, ...): its tasks
-  the same way; with `options: {split: train}` eval takes the source's `test` split instead.
+  the same way; with `options: {split: train}` eval takes the source's `test` split instead;
+- a generated domain (tasks/generated.py: sql, document, cad): training tasks from seed
+  `task_seed` upward (a cursor, like reasoning-gym's), eval tasks from its held-out test seeds.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, Protocol, Sequence
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.tasks.registry import is_source
+from posttrain.tasks.registry import is_source, sources
 from posttrain.types import Task
 
 BLOCK = 64  # reasoning-gym items built at a time
@@ -143,6 +145,33 @@ def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: 
     return _last_held_out(domain, tasks, n_eval, seed, "the source")
 
 
+class GeneratedSource:
+    """A generated domain: one task per seed, training seeds from `task_seed` up, eval on the test split."""
+
+    def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
+        from posttrain.tasks.registry import make_source_tasks
+
+        self.domain, self.task_seed, self.n_eval = domain, task_seed, n_eval
+        self.options = {k: v for k, v in options.items() if k != "split"}
+        self._make = make_source_tasks
+        self.cursor = 0
+        self._make(domain, 1, task_seed, {**self.options, "split": "train"})  # bad options fail at build time
+
+    def take(self, n: int) -> list[Task]:
+        tasks = self._make(self.domain, n, self.task_seed + self.cursor, {**self.options, "split": "train"})
+        self.cursor += n
+        return tasks
+
+    def eval_tasks(self) -> list[Task]:
+        return self._make(self.domain, self.n_eval, 0, {**self.options, "split": "test"}) if self.n_eval else []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state["cursor"])
+
+
 class Mixture:
     def __init__(self, sources: Sequence[Source], weights: Sequence[float], seed: int):
         if not sources:
@@ -231,6 +260,8 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     for d in domains:
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
+        elif is_source(d.name) and sources()[d.name].levels:
+            source = GeneratedSource(d.name, dict(d.options), task_seed, d.eval_tasks)
         elif is_source(d.name):
             source = registry_source(d.name, dict(d.options), task_seed, seed, d.eval_tasks)
         else:

@@ -1,4 +1,4 @@
-"""`posttrain tasks validate DIR`: every terminal task folder must load, fail untouched and pass by its oracle.
+"""`posttrain tasks validate DIR | --source NAME`: every task must fail untouched and pass by its oracle.
 
     results = asyncio.run(validate_dir("posttrain/data/terminal_tasks", jobs=2))
     [r for r in results if not r.ok]      # ValidationResult(task, ok, reason)
@@ -10,6 +10,13 @@ episode uses (TerminalEnv: the same work dir, shell, snapshot and fresh-sandbox 
 at /solution for that episode only) and must PASS (reward 1.0). A folder that does not load is
 reported with the loader's one-line error naming its path. Folders run concurrently, at most
 `jobs` at a time. A sandbox that cannot start fails the folder with the reason.
+
+    results = asyncio.run(validate_generated("sql", n=5, levels=[1, 2, 3, 4, 5], split="test"))
+
+For a generated domain (tasks/generated.py), `n` tasks per level, each through its env: (a) reset,
+then the untouched state must score < 1; (b) a fresh env plays the generator's oracle turns (each
+turn's calls as an Action straight to `env.step`, the loop's parser and engine left out) until the
+env says done, and the final state must score 1.0.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from posttrain.envs.base import InfraError
 from posttrain.errors import PosttrainError
 from posttrain.sandbox.isolation import BwrapIsolation
 from posttrain.tasks.terminal import task_folders, terminal_task
+from posttrain.types import Task
 
 
 @dataclass(frozen=True)
@@ -97,3 +105,64 @@ async def validate_dir(root: str | Path, jobs: int = 2,
             return await validate_task(path, isolation)
 
     return list(await asyncio.gather(*(one(p) for p in task_folders(root))))
+
+
+async def play_oracle(env, task: Task, turns) -> bool:
+    """Reset `env` and step it through the oracle `turns` (OracleTurns) until it is done: True when done."""
+    from posttrain.envs.base import Action
+
+    await env.reset(task)
+    for turn in turns:
+        action = Action(text=turn.content, tool_calls=turn.calls, content=turn.content, parsed=turn.calls)
+        result = await env.step(action)
+        if result.done:
+            return True
+    return False
+
+
+async def _generated_task(task: Task, resources) -> ValidationResult:
+    from posttrain.envs.base import make_env
+    from posttrain.tasks.generated import oracle_turns
+
+    env = make_env(task.env, resources)
+    try:
+        await env.reset(task)
+        initial = (await resources.run_blocking(env.score, task, env.state()))[0]
+    finally:
+        await env.close()
+    if initial.value >= 1.0:
+        return ValidationResult(task.id, False, "the untouched initial state already scores 1.0", initial.value)
+    env = make_env(task.env, resources)
+    try:
+        done = await play_oracle(env, task, oracle_turns(task))
+        oracle = (await resources.run_blocking(env.score, task, env.state()))[0]
+    finally:
+        await env.close()
+    if oracle.value < 1.0:
+        detail = {k: v for k, v in oracle.details.items() if k in ("error", "checks", "answer_ok", "citations_ok")}
+        return ValidationResult(task.id, False, f"the oracle scores {oracle.value:.2f}"
+                                f"{'' if done else ' (the env never said done)'}: {detail}", initial.value, oracle.value)
+    return ValidationResult(task.id, True, f"initial {initial.value:.2f}, oracle {oracle.value:.2f}",
+                            initial.value, oracle.value)
+
+
+async def validate_generated(name: str, n: int = 5, levels=None, split: str = "test", seed: int = 0,
+                             jobs: int = 2) -> list[ValidationResult]:
+    """`n` tasks of generated domain `name` per level (all levels by default), `jobs` at a time."""
+    from posttrain.envs.base import InfraError as _Infra, Resources
+    from posttrain.tasks.generated import generator, level_list
+    from posttrain.tasks.registry import make_source_tasks
+
+    gen = generator(name)
+    wanted = level_list(gen.levels if levels is None else levels)
+    tasks = [t for level in wanted for t in make_source_tasks(name, n, seed, {"level": level, "split": split})]
+    resources, gate = Resources(), asyncio.Semaphore(max(1, jobs))
+
+    async def one(task: Task) -> ValidationResult:
+        async with gate:
+            try:
+                return await _generated_task(task, resources)
+            except _Infra as e:
+                return ValidationResult(task.id, False, f"sandbox: {e}")
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))

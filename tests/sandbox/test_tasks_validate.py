@@ -70,4 +70,4 @@ def test_the_cli_prints_json_and_fails_on_any_bad_folder(tmp_path):
     assert [(r["task"], r["ok"]) for r in rows] == [("broken", False), ("good", True)]
     assert "no test_*.py or test.sh" in rows[0]["reason"] and set(rows[0]) == {"task", "ok", "reason"}
     one = runner.invoke(app, ["tasks", "validate", str(tmp_path / "good")])
-    assert one.exit_code == 0 and "good" in one.stdout and "1 task folders, 0 failing" in one.stdout
+    assert one.exit_code == 0 and "good" in one.stdout and "1 tasks, 0 failing" in one.stdout
