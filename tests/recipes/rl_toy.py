@@ -49,9 +49,11 @@ def overrides(model_dir: str, tasks: str, out: Path, **extra) -> list[str]:
 
 
 def without_clock(rows: list[dict]) -> list[dict]:
-    """Metrics rows without wall-clock entries and performance counters (`perf/`: a resumed process
-    starts with a cold prefix cache): what an exact resume must reproduce."""
-    return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("time/", "perf/"))} for r in rows]
+    """Metrics rows without wall-clock entries (`time/`, environments' `episode/DOMAIN/env_seconds`)
+    and performance counters (`perf/`: a resumed process starts with a cold prefix cache): what an
+    exact resume must reproduce."""
+    return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("time/", "perf/"))
+             and not k.endswith("/env_seconds")} for r in rows]
 
 
 def kill9_after_checkpoint(args: list[str], run_dir: Path, step: int, *, cwd, env, timeout: float) -> list[int]:
