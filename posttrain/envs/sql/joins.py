@@ -4,7 +4,7 @@ b (d2), x (second facts). See questions.py for the Question fields and the L1-L2
 
 from __future__ import annotations
 
-from posttrain.envs.sql.questions import ROUND, Question, cat, join_d2, month, threshold
+from posttrain.envs.sql.questions import ROUND, Question, cat, join_d2, month, scope, threshold, where
 
 
 def _attr(n, rng, table: str = "d1") -> str:
@@ -19,9 +19,10 @@ def _fa(n) -> str:
 
 def l3_total_per_attr(n, rng):
     fn, word = rng.choice((("SUM", "total"), ("AVG", "average")))
+    phrase, cond = scope(n, rng, "f")
     return Question(f"For each {n.w('d1_attr')} of the {n.w('d1')}, what is the {word} {n.w('f_money')} of their "
-                    f"{n.w('f')}? Return the {n.w('d1_attr')} and the {word}. {ROUND}",
-                    f"SELECT a.{n.d1_attr}, ROUND({fn}(f.{n.f_money}), 2) {_fa(n)} GROUP BY a.{n.d1_attr}",
+                    f"{n.w('f')}{phrase}? Return the {n.w('d1_attr')} and the {word}. {ROUND}",
+                    f"SELECT a.{n.d1_attr}, ROUND({fn}(f.{n.f_money}), 2) {_fa(n)}{where(cond)} GROUP BY a.{n.d1_attr}",
                     decimals=2, groups=True)
 
 
@@ -43,40 +44,48 @@ def l3_names_above(n, rng):
 
 def l3_second_entity(n, rng):
     if n.db.theme.shape == "star":
-        return Question(f"For each {n.w('d2_attr')} of the {n.w('d2')}, how many {n.w('f')} are there and what is "
-                        f"their total {n.w('f_money')}? Return the {n.w('d2_attr')}, the count and the total. {ROUND}",
+        phrase, cond = scope(n, rng, "f")
+        return Question(f"For each {n.w('d2_attr')} of the {n.w('d2')}, how many {n.w('f')}{phrase} are there and "
+                        f"what is their total {n.w('f_money')}? Return the {n.w('d2_attr')}, the count and the total. "
+                        f"{ROUND}",
                         f"SELECT b.{n.d2_attr}, COUNT(*), ROUND(SUM(f.{n.f_money}), 2) FROM {n.f} f "
-                        f"JOIN {n.d2} b ON b.{n.d2_id} = f.{n.f_d2} GROUP BY b.{n.d2_attr}", decimals=2, groups=True)
-    return Question(f"For each {n.w('d2_name')} of the {n.w('d2')}, how many {n.w('d1')} belong to it? Return the "
-                    f"{n.w('d2_name')} and the count (only {n.w('d2')} with at least one).",
+                        f"JOIN {n.d2} b ON b.{n.d2_id} = f.{n.f_d2}{where(cond)} GROUP BY b.{n.d2_attr}", decimals=2,
+                        groups=True)
+    v = _attr(n, rng)
+    return Question(f"For each {n.w('d2_name')} of the {n.w('d2')}, how many {n.w('d1')} with {n.w('d1_attr')} "
+                    f"'{v}' belong to it? Return the {n.w('d2_name')} and the count (only {n.w('d2')} with at least "
+                    f"one).",
                     f"SELECT b.{n.d2_name}, COUNT(*) FROM {n.d1} a JOIN {n.d2} b ON b.{n.d2_id} = a.{n.d1_d2} "
-                    f"GROUP BY b.{n.d2_id}", groups=True)
+                    f"WHERE a.{n.d1_attr} = '{v}' GROUP BY b.{n.d2_id}", groups=True)
 
 
 def l3_argmax(n, rng):
     fn, word = rng.choice((("DESC", "largest"), ("ASC", "smallest")))
-    return Question(f"Which {n.d1_one} has the {n.f_one} with the {word} {n.w('f_money')}? Return the "
-                    f"{n.w('d1_name')} and that {n.w('f_money')}.",
-                    f"SELECT a.{n.d1_name}, f.{n.f_money} {_fa(n)} ORDER BY f.{n.f_money} {fn} LIMIT 1",
-                    probe=f"SELECT a.{n.d1_name}, f.{n.f_money} {_fa(n)} ORDER BY f.{n.f_money} {fn} LIMIT 2",
-                    ordered=True, key=(1,))
+    phrase, cond = scope(n, rng, "f")
+    body = f"SELECT a.{n.d1_name}, f.{n.f_money} {_fa(n)}{where(cond)} ORDER BY f.{n.f_money} {fn}"
+    return Question(f"Among the {n.w('f')}{phrase}, which {n.d1_one} has the one with the {word} "
+                    f"{n.w('f_money')}? Return the {n.w('d1_name')} and that {n.w('f_money')}.",
+                    f"{body} LIMIT 1", probe=f"{body} LIMIT 2", ordered=True, key=(1,))
 
 
 def l3_per_name(n, rng):
     v = _attr(n, rng)
-    return Question(f"For each {n.d1_one} with {n.w('d1_attr')} '{v}' that has {n.w('f')}, give the "
-                    f"{n.w('d1_name')}, the number of {n.w('f')} and their average {n.w('f_money')}. {ROUND}",
-                    f"SELECT a.{n.d1_name}, COUNT(*), ROUND(AVG(f.{n.f_money}), 2) {_fa(n)} "
-                    f"WHERE a.{n.d1_attr} = '{v}' GROUP BY a.{n.d1_id}", decimals=2, groups=True)
+    phrase, cond = scope(n, rng, "f")
+    return Question(f"For each {n.d1_one} with {n.w('d1_attr')} '{v}' that has {n.w('f')}{phrase}, give the "
+                    f"{n.w('d1_name')}, the number of those {n.w('f')} and their average {n.w('f_money')}. {ROUND}",
+                    f"SELECT a.{n.d1_name}, COUNT(*), ROUND(AVG(f.{n.f_money}), 2) {_fa(n)}"
+                    f"{where(f'a.{n.d1_attr} = {v!r}', cond)} GROUP BY a.{n.d1_id}", decimals=2, groups=True)
 
 
 # ---- L4: join + GROUP BY + HAVING + ORDER BY / LIMIT ----------------------------------------------------------
 
 def l4_top_k(n, rng):
     k, (order, word) = rng.randint(2, 5), rng.choice((("DESC", "highest"), ("ASC", "lowest")))
-    body = (f"SELECT a.{n.d1_name}, ROUND(SUM(f.{n.f_money}), 2) AS total {_fa(n)} GROUP BY a.{n.d1_id} "
+    phrase, cond = scope(n, rng, "f")
+    body = (f"SELECT a.{n.d1_name}, ROUND(SUM(f.{n.f_money}), 2) AS total {_fa(n)}{where(cond)} GROUP BY a.{n.d1_id} "
             f"ORDER BY total {order}")
-    return Question(f"Which {k} {n.w('d1')} have the {word} total {n.w('f_money')} over their {n.w('f')}? Return the "
+    return Question(f"Which {k} {n.w('d1')} have the {word} total {n.w('f_money')} over their {n.w('f')}{phrase} "
+                    f"(among the {n.w('d1')} that have any)? Return the "
                     f"{n.w('d1_name')} and the total, {word} first. {ROUND}",
                     f"{body} LIMIT {k}", ordered=True, decimals=2, key=(1,), probe=f"{body} LIMIT {k + 1}")
 
@@ -92,10 +101,12 @@ def l4_having_count(n, rng):
 
 def l4_attr_avg(n, rng):
     t = threshold(n, rng) // 2
-    return Question(f"Which {n.w('d1_attr')} values have an average {n.w('f_money')} above {t} over their "
-                    f"{n.w('f')} (of their {n.w('d1')})? Return the {n.w('d1_attr')} and the average, the highest "
-                    f"average first. {ROUND}",
-                    f"SELECT a.{n.d1_attr}, ROUND(AVG(f.{n.f_money}), 2) AS avg_value {_fa(n)} GROUP BY a.{n.d1_attr} "
+    phrase, cond = scope(n, rng, "f")
+    return Question(f"Which {n.w('d1_attr')} values have an average {n.w('f_money')} above {t} over the "
+                    f"{n.w('f')}{phrase} of their {n.w('d1')}? Return the {n.w('d1_attr')} and the average, the "
+                    f"highest average first. {ROUND}",
+                    f"SELECT a.{n.d1_attr}, ROUND(AVG(f.{n.f_money}), 2) AS avg_value {_fa(n)}{where(cond)} "
+                    f"GROUP BY a.{n.d1_attr} "
                     f"HAVING AVG(f.{n.f_money}) > {t} ORDER BY avg_value DESC", ordered=True, decimals=2, key=(1,))
 
 
@@ -121,11 +132,13 @@ def l4_second_top(n, rng):
 # ---- L5: several joins, subqueries / CTEs, ratios, reconciliation --------------------------------------------
 
 def l5_share(n, rng):
-    return Question(f"What share of the total {n.w('f_money')} of all {n.w('f')} comes from each {n.w('d1_attr')} of "
-                    f"the {n.w('d1')}? Return the {n.w('d1_attr')} and the share as a percentage (0 to 100) rounded "
-                    f"to 2 decimals.",
-                    f"SELECT a.{n.d1_attr}, ROUND(100.0 * SUM(f.{n.f_money}) / (SELECT SUM({n.f_money}) FROM {n.f}), 2) "
-                    f"{_fa(n)} GROUP BY a.{n.d1_attr}", decimals=2, groups=True)
+    phrase, cond = scope(n, rng)
+    inner = cond and f"f.{cond}"
+    return Question(f"What share of the total {n.w('f_money')} of all {n.w('f')}{phrase} comes from each "
+                    f"{n.w('d1_attr')} of the {n.w('d1')}? Return the {n.w('d1_attr')} and the share as a percentage "
+                    f"(0 to 100) rounded to 2 decimals.",
+                    f"SELECT a.{n.d1_attr}, ROUND(100.0 * SUM(f.{n.f_money}) / (SELECT SUM({n.f_money}) FROM {n.f}"
+                    f"{where(cond)}), 2) {_fa(n)}{where(inner)} GROUP BY a.{n.d1_attr}", decimals=2, groups=True)
 
 
 def l5_above_average(n, rng):
@@ -150,10 +163,11 @@ def l5_three_tables(n, rng):
 
 
 def l5_unmatched(n, rng):
-    return Question(f"How many {n.w('f')} have no matching row in {n.x}, and what is their total "
+    phrase, cond = scope(n, rng, "f")
+    return Question(f"How many {n.w('f')}{phrase} have no matching row in {n.x}, and what is their total "
                     f"{n.w('f_money')}? Return the count and the total. {ROUND}",
-                    f"SELECT COUNT(*), ROUND(SUM(f.{n.f_money}), 2) FROM {n.f} f WHERE NOT EXISTS "
-                    f"(SELECT 1 FROM {n.x} x WHERE x.{n.x_f} = f.{n.f_id})", decimals=2)
+                    f"SELECT COUNT(*), ROUND(SUM(f.{n.f_money}), 2) FROM {n.f} f"
+                    f"{where(f'NOT EXISTS (SELECT 1 FROM {n.x} x WHERE x.{n.x_f} = f.{n.f_id})', cond)}", decimals=2)
 
 
 def l5_reconcile(n, rng):

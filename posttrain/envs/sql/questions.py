@@ -70,6 +70,32 @@ def month(n: Names, rng) -> tuple[str, str, str]:
     return f"{ym}-01", nxt, f"{MONTHS[m - 1]} {y}"
 
 
+def scope(n: Names, rng, alias: str = "") -> tuple[str, str]:
+    """An optional filter on the facts: (words after the facts' name, an SQL condition), or ("", "")."""
+    p = f"{alias}." if alias else ""
+    kind = rng.choice(("none", "none", "cat", "year", "half", "above"))
+    if kind == "cat":
+        v = cat(n, rng)
+        return f" with {n.w('f_cat')} '{v}'", f"{p}{n.f_cat} = '{v}'"
+    if kind == "above":
+        t = threshold(n, rng) // 2
+        return f" with a {n.w('f_money')} of at least {t}", f"{p}{n.f_money} >= {t}"
+    year = rng.choice(sorted({d[:4] for d in n.values("f", "date")}))
+    if kind == "year":
+        return f" dated (by {n.f_date}) in {year}", f"{p}{n.f_date} LIKE '{year}-%'"
+    if kind == "half":
+        first = rng.random() < 0.5
+        a, b = (f"{year}-01-01", f"{year}-06-30") if first else (f"{year}-07-01", f"{year}-12-31")
+        return (f" dated (by {n.f_date}) in the {'first' if first else 'second'} half of {year}",
+                f"{p}{n.f_date} BETWEEN '{a}' AND '{b}'")
+    return "", ""
+
+
+def where(*conditions: str) -> str:
+    kept = [c for c in conditions if c]
+    return f" WHERE {' AND '.join(kept)}" if kept else ""
+
+
 def join_d2(n: Names) -> str:
     """The join from f (alias f) to d2 (alias b), through d1 (alias a) in a chain theme."""
     if n.db.theme.shape == "star":
@@ -85,36 +111,41 @@ def l1_count_cat(n, rng):
 
 
 def l1_sum_cat(n, rng):
-    v = cat(n, rng)
-    return Question(f"What is the total {n.w('f_money')} of the {n.w('f')} whose {n.w('f_cat')} is '{v}'? {ROUND}",
-                    f"SELECT ROUND(SUM({n.f_money}), 2) FROM {n.f} WHERE {n.f_cat} = '{v}'", decimals=2)
+    phrase, cond = scope(n, rng)
+    if not cond:
+        v = cat(n, rng)
+        phrase, cond = f" whose {n.w('f_cat')} is '{v}'", f"{n.f_cat} = '{v}'"
+    return Question(f"What is the total {n.w('f_money')} of the {n.w('f')}{phrase}? {ROUND}",
+                    f"SELECT ROUND(SUM({n.f_money}), 2) FROM {n.f}{where(cond)}", decimals=2)
 
 
 def l1_count_above(n, rng):
-    t = threshold(n, rng)
-    return Question(f"How many {n.w('f')} have a {n.w('f_money')} greater than {t}?",
-                    f"SELECT COUNT(*) FROM {n.f} WHERE {n.f_money} > {t}")
+    t, (phrase, cond) = threshold(n, rng), scope(n, rng)
+    return Question(f"Among the {n.w('f')}{phrase}, how many have a {n.w('f_money')} greater than {t}?",
+                    f"SELECT COUNT(*) FROM {n.f}{where(f'{n.f_money} > {t}', cond)}")
 
 
 def l1_count_month(n, rng):
     a, b, words = month(n, rng)
-    return Question(f"How many {n.w('f')} have a {n.w('f_date')} in {words}?",
+    return Question(f"How many {n.w('f')} are dated (by {n.f_date}) in {words}?",
                     f"SELECT COUNT(*) FROM {n.f} WHERE {n.f_date} >= '{a}' AND {n.f_date} < '{b}'")
 
 
 def l1_avg_range(n, rng):
     days = sorted(n.values("f", "date"))
+    if len(days) < 4:
+        return None
     i = rng.randrange(len(days) // 2)
     a, b = days[i], days[min(len(days) - 1, i + rng.randint(len(days) // 4, len(days) // 2))]
-    return Question(f"What is the average {n.w('f_money')} of the {n.w('f')} with a {n.w('f_date')} from {a} to {b} "
+    return Question(f"What is the average {n.w('f_money')} of the {n.w('f')} dated (by {n.f_date}) from {a} to {b} "
                     f"(both included)? {ROUND}",
                     f"SELECT ROUND(AVG({n.f_money}), 2) FROM {n.f} WHERE {n.f_date} BETWEEN '{a}' AND '{b}'", decimals=2)
 
 
 def l1_extreme_cat(n, rng):
-    v, (fn, word) = cat(n, rng), rng.choice((("MAX", "largest"), ("MIN", "smallest")))
-    return Question(f"What is the {word} {n.w('f_money')} among the {n.w('f')} with {n.w('f_cat')} '{v}'?",
-                    f"SELECT {fn}({n.f_money}) FROM {n.f} WHERE {n.f_cat} = '{v}'")
+    (fn, word), (phrase, cond) = rng.choice((("MAX", "largest"), ("MIN", "smallest"))), scope(n, rng)
+    return Question(f"What is the {word} {n.w('f_money')} among the {n.w('f')}{phrase}?",
+                    f"SELECT {fn}({n.f_money}) FROM {n.f}{where(cond)}")
 
 
 def l1_nulls(n, rng):
@@ -155,9 +186,10 @@ def l2_per_cat(n, rng):
            "avg": (f"the average {n.w('f_money')}", f"ROUND(AVG({n.f_money}), 2)", 2),
            "max": (f"the number of {n.w('f')} and the largest {n.w('f_money')}", f"COUNT(*), MAX({n.f_money})", None)}
     words, expr, dec = agg[what]
-    return Question(f"For each {n.w('f_cat')}, give {words}. Return the {n.w('f_cat')} first."
-                    + (f" {ROUND}" if dec else ""),
-                    f"SELECT {n.f_cat}, {expr} FROM {n.f} GROUP BY {n.f_cat}", decimals=dec, groups=True)
+    phrase, cond = scope(n, rng)
+    return Question(f"For each {n.w('f_cat')}, give {words}" + (f", counting only the {n.w('f')}{phrase}" if phrase
+                    else "") + f". Return the {n.w('f_cat')} first." + (f" {ROUND}" if dec else ""),
+                    f"SELECT {n.f_cat}, {expr} FROM {n.f}{where(cond)} GROUP BY {n.f_cat}", decimals=dec, groups=True)
 
 
 def l2_per_month(n, rng):
@@ -191,10 +223,12 @@ def l2_per_entity(n, rng):
 def l2_qty(n, rng):
     if not n.db.table("f").has("qty"):
         return None
+    phrase, cond = scope(n, rng)
     return Question(f"For each {n.w('f_cat')}, give the total {n.w('f_qty')} and the average {n.w('f_qty')} per "
-                    f"{n.f_one}. Return the {n.w('f_cat')}, the total and the average rounded to 2 decimals.",
-                    f"SELECT {n.f_cat}, SUM({n.f_qty}), ROUND(AVG({n.f_qty}), 2) FROM {n.f} GROUP BY {n.f_cat}",
-                    decimals=2, groups=True)
+                    f"{n.f_one}, over the {n.w('f')}{phrase}. Return the {n.w('f_cat')}, the total and the average "
+                    f"rounded to 2 decimals.",
+                    f"SELECT {n.f_cat}, SUM({n.f_qty}), ROUND(AVG({n.f_qty}), 2) FROM {n.f}{where(cond)} "
+                    f"GROUP BY {n.f_cat}", decimals=2, groups=True)
 
 
 LEVEL_1 = (l1_count_cat, l1_sum_cat, l1_count_above, l1_count_month, l1_avg_range, l1_extreme_cat, l1_nulls,

@@ -124,7 +124,7 @@ THEMES: dict[str, Theme] = {t.name: t for t in (
                   "date": ("registered_on", "signup_date", "first_seen")},
            "d2": {"name": ("name", "campaign_name", "title"), "attr": ("channel", "medium", "source")},
            "f": {"date": ("session_date", "visited_on", "started_on"), "money": ("revenue", "spend", "basket_value"),
-                 "qty": ("page_views", "pages", "clicks"), "cat": ("device", "platform", "client"),
+                 "qty": ("page_views", "pages", "clicks"), "cat": ("device", "platform", "device_type"),
                  "opt": ("ad_cost", "bid", "cpc")},
            "x": {"date": ("converted_on", "completed_on"), "money": ("value", "amount")}},
           {"d1.attr": ("US", "DE", "BR", "IN", "JP", "FR"),
