@@ -206,7 +206,7 @@ class _Builder:
             aspects = rng.sample(t.aspects, len(t.aspects))
             chapters.append(f"{cap(g)} {t.group_label}")
             for i, (role, mi) in enumerate(roles):
-                title = (f"{cap(t.metrics[mi].name)} by {t.entity_kind.lower()}" if role == "table"
+                title = (self.table_title(mi) if role == "table"
                          else f"{cap(g)} {t.group_label}: {aspects[i % len(aspects)]}")
                 plan.append({"chapter": len(chapters) - 1, "role": role, "group": g, "metric": mi, "title": title})
         closing = t.closing_chapters[:min(len(t.closing_chapters), n_close)]
@@ -214,12 +214,28 @@ class _Builder:
             plan.append({"chapter": len(chapters) + i * len(closing) // n_close, "role": "back",
                          "title": boiler[n_intro + i]})
         chapters += list(closing)
+        if self.level in (2, 3):
+            self.table_at_depth(plan, tab_pool)
         counts: dict[int, int] = {}
         for p in plan:
             counts[p["chapter"]] = counts.get(p["chapter"], 0) + 1
             p["id"] = f"{p['chapter'] + 1}.{counts[p['chapter']]}"
         self.plan_chapters, self.ids = chapters, [p["id"] for p in plan]
         return plan
+
+    def table_title(self, mi: int) -> str:
+        return f"{cap(self.t.metrics[mi].name)} by {self.t.entity_kind.lower()}"
+
+    def table_at_depth(self, plan: list[dict], tab_pool: list[int]) -> None:
+        """Levels 2-3 ask for a table cell: the group section nearest the requested depth becomes a table."""
+        j = round(self.depth * (len(plan) - 1))
+        i = min((i for i, p in enumerate(plan) if p["role"] in ("table", "narrative")), key=lambda i: abs(i - j))
+        p = plan[i]
+        if p["role"] == "narrative":
+            used = {q["metric"] for q in plan if q["role"] == "table" and q["group"] == p["group"]}
+            free = [mi for mi in tab_pool if mi not in used] or [mi for mi in range(len(self.t.metrics)) if mi not in used]
+            p["metric"] = mi = self.rng.choice(free)
+            p.update(role="table", title=self.table_title(mi))
 
     def build(self) -> Report:
         rng, t = self.rng, self.t
