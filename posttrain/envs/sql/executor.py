@@ -49,7 +49,7 @@ _LIMITS = {
     sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH: 1,
 }
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
-_LEADING = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/|\()*", re.S)
+_LEADING = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.S)  # whitespace and comments
 _heap_limited = False
 
 
