@@ -83,6 +83,8 @@ class _Builder:
 
 
 def _cap_observation(fmt: ChatFormat, obs: Observation, max_tokens: int, stats: Counter) -> Observation:
+    if len(obs.content.encode("utf-8")) < max_tokens:  # a token is at least one byte (+1: a leading "▁")
+        return obs
     ids = fmt.tokenizer(obs.content, add_special_tokens=False)["input_ids"]
     if len(ids) <= max_tokens:
         return obs
