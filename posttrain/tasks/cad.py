@@ -1,12 +1,12 @@
 """The cad task source: a part to build in OpenSCAD step by step (env "cad", docs/cad.md).
 
     tasks = make_source_tasks("cad", n=8, seed=0, options={"level": 3})
-    tasks = make_source_tasks("cad", n=8, seed=0, options={"level": [1, 5], "split": "test", "fn": 32})
+    tasks = make_source_tasks("cad", n=8, seed=0, options={"level": [1, 5], "split": "test", "fn": 48})
 
 Each task is one part drawn from (seed, level) by posttrain/envs/cad/levels.py; the task keeps only
 the parameters (reference {"seed", "level", "fn", "params"}), from which the env rebuilds the steps,
 the checks and the gold solid. Option `fn`: the $fn the prompt asks for, a multiple of 4 in 12..96
-(default 48; the checks' volumes and section areas are those fn-gons'). The oracle writes the
+(default 32; the checks' volumes and section areas are those fn-gons'). The oracle writes the
 script of steps 1..k, renders it and confirms step k, for every step, then answers without a call.
 """
 
@@ -33,7 +33,7 @@ def cad_oracle(task: Task) -> list[OracleTurn]:
     return turns + [OracleTurn(content=f"Done: {part.title}, all {len(part.steps)} steps confirmed.")]
 
 
-@register_generated("cad", levels=5, oracle=cad_oracle, options={"fn": (int, 48)},
+@register_generated("cad", levels=5, oracle=cad_oracle, options={"fn": (int, 32)},
                     description="cad: build a part in OpenSCAD step by step (block, plate, boss, bracket, flange), "
                                 "each step confirmed against mesh checks")
 def cad_task(seed: int, level: int, options: Mapping[str, Any]) -> Task:
