@@ -3,20 +3,23 @@
     score = score_state(report, reference, {"answer": "1,234.5", "citations": [{"section": "3.2", "quote": "..."}]})
 
 Answer. A numeric answer must hold exactly one number once thousands separators, currency and
-unit words and "%" are set aside ("USD 1,234.5 million", "1234.5", "12.5%" all read as one
-number; "about 1,234.5 in FY2022" holds two and fails). Levels 1-3 want the figure as stated (equal
-to 1e-9 relative); levels 4-5 pass within half a unit of the last place the question asks for,
-measured from the exact result. A name is compared after lowercasing and dropping punctuation and
-articles; it may sit in a short sentence ("It is Lena Hoffmann.").
+unit words and "%" are set aside ("USD 1,234.5 million", "1234.5", "12.5%" and "1,234.5 in
+FY2022" all hold one: a number glued to letters is none; "1,234.5 or 1,301.2" holds two and
+fails). Units are not converted: the answer is in the unit the question names. Levels 1-3 want
+the figure as stated (equal to 1e-9 relative); levels 4-5 pass within half a unit of the last
+place the question asks for, measured from the exact result. A name is compared after
+lowercasing and dropping punctuation and articles; it may sit in a short sentence ("It is Lena
+Hoffmann.").
 
 Traceability. Each citation is {"section": id, "quote": text}. A quote counts only when it occurs
 verbatim (whitespace collapsed, surrounding quote marks and "..." trimmed) in the cited section's
 text, is at most MAX_QUOTE_CHARS long and holds at least one word (a bare number identifies
-nothing). A bad quote (not in that section, too long, empty, an unknown section) is reported in
-`bad_quotes`. Every gold evidence span (the sentence or table row each figure comes from) must be
-covered: some good quote in its section whose occurrence contains the key figure at the span's own
-position (the figure for another year in the same row, or the same number elsewhere, does not
-cover it). At most MAX_CITATIONS citations.
+nothing); the good quotes together stay within MAX_QUOTE_CHARS per evidence span (a section
+pasted in pieces is refused). A bad quote (not in that section, too long, empty, an unknown
+section, over the budget) is reported in `bad_quotes`. Every gold evidence span (the sentence or
+table row each figure comes from) must be covered: some good quote in its section whose
+occurrence contains the key figure at the span's own position (the figure for another year in
+the same row, or the same number elsewhere, does not cover it). At most MAX_CITATIONS citations.
 
 Score: 1.0 when the answer is right and the citations are traceable (no bad quote, every span
 covered); PARTIAL (0.25) for a right answer whose citations are honest but do not cover the
@@ -124,6 +127,10 @@ def check_citations(report, evidence: list[Mapping[str, Any]], citations: Any) -
                 bad.append({"section": sid, "why": why})
     if len(citations) > MAX_CITATIONS:
         bad.append({"section": "", "why": f"more than {MAX_CITATIONS} citations"})
+    total, budget = sum(len(q) for _, q, _ in good), MAX_QUOTE_CHARS * len(evidence)
+    if total > budget:  # no pasting a whole section in pieces
+        bad.append({"section": "", "why": f"the quotes total {total} characters, over {budget} "
+                                         f"({MAX_QUOTE_CHARS} per evidence span)"})
     uncovered = []
     for ev in evidence:
         text = texts.setdefault(ev["section"], squash(report.section(ev["section"]).text))

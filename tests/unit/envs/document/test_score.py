@@ -79,7 +79,12 @@ def test_pasting_the_whole_document_or_section_or_a_bare_number_is_rejected():
     s = score(t, t.reference["answer"], [{"section": ev["section"], "quote": ev["figure"]}])
     assert s.value == 0.0 and s.details["bad_quotes"][0]["why"] == "the quote holds no word"
     s = score(t, t.reference["answer"], [{"section": ev["section"], "quote": ev["text"]}] * 9)
-    assert s.value == 0.0 and "more than 8 citations" in s.details["bad_quotes"][-1]["why"]
+    assert s.value == 0.0 and "more than 8 citations" in s.details["bad_quotes"][0]["why"]
+    # the whole section pasted in pieces of at most 400 characters: over the quotes' total budget
+    text = " ".join(report.section(ev["section"]).text.split())
+    pieces = [{"section": ev["section"], "quote": text[i:i + 380]} for i in range(0, len(text), 380)][:8]
+    s = score(t, t.reference["answer"], pieces)
+    assert s.value == 0.0 and "the quotes total" in s.details["bad_quotes"][-1]["why"]
 
 
 def test_quotes_are_matched_after_whitespace_and_quote_mark_trimming_markers_allowed():
