@@ -2,13 +2,15 @@
 
     q = make_question(report, random.Random(...))   # Question(kind, text, answer, value, decimals, evidence, ...)
 
-| level | kind | evidence (every span must be cited) |
-|---|---|---|
-| 1 | `lookup`: a figure stated in a sentence, or `named`: a stated name (1 in 3, when one lies near the depth) | the sentence |
-| 2 | `cell`: a table cell, the table named by metric and group | the table row |
-| 3 | `xref`: "Section A points to a table ...": the table is found through A's cross-reference (A names its group, the question does not) | the table row (A's pointer sentence is support, not required) |
-| 4 | `combine`: difference, sum or ratio (as a percentage) of two figures in different sections | both spans |
-| 5 | `restated`: as level 4 where the first figure was restated later (the restatement counts), or `three`: sum or average of three figures in three sections | the restatement and the other span / all three |
+- level 1 `lookup`: a figure stated in a sentence, or `named`: a stated name (1 in 3, when one lies
+  near the depth). Evidence: the sentence.
+- level 2 `cell`: a table cell, the table named by metric and group. Evidence: the row.
+- level 3 `xref`: "Section A points to a table ...": the table is found through A's cross-reference
+  (A names its group, the question does not). Evidence: the row (A's pointer is support only).
+- level 4 `combine`: difference, sum or ratio (as a percentage) of two figures in different
+  sections. Evidence: both spans.
+- level 5 `restated`: as level 4, the first figure restated later (the restatement counts); or
+  `three`: the sum or average of three figures in three sections. Evidence: all of them.
 
 The first evidence span is the one nearest the report's depth (level 5 `restated`: the
 restatement the report placed there). Levels 1-3 want the figure as stated; levels 4-5 say how to

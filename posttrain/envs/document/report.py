@@ -233,7 +233,8 @@ class _Builder:
         p = plan[i]
         if p["role"] == "narrative":
             used = {q["metric"] for q in plan if q["role"] == "table" and q["group"] == p["group"]}
-            free = [mi for mi in tab_pool if mi not in used] or [mi for mi in range(len(self.t.metrics)) if mi not in used]
+            free = ([mi for mi in tab_pool if mi not in used]
+                    or [mi for mi in range(len(self.t.metrics)) if mi not in used])
             p["metric"] = mi = self.rng.choice(free)
             p.update(role="table", title=self.table_title(mi))
 

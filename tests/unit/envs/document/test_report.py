@@ -18,7 +18,8 @@ def test_reports_are_deterministic_and_vary_by_seed():
 
 
 def test_length_and_sections_grow_with_level():
-    sizes = [(len(r.sections), r.chars, len(tokens(r.text()))) for r in (build_report(5, lv, 0.5) for lv in range(1, 6))]
+    reports = [build_report(5, lv, 0.5) for lv in range(1, 6)]
+    sizes = [(len(r.sections), r.chars, len(tokens(r.text()))) for r in reports]
     for (s0, c0, _), (s1, c1, _) in zip(sizes, sizes[1:]):
         assert s1 > 2 * s0 - 2 and c1 > 2 * c0
     assert 3_000 < sizes[0][1] < 9_000  # ~1-2k tokens
