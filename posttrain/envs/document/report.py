@@ -115,8 +115,10 @@ class Report:
         return "\n\n".join([self.title] + [s.text for s in self.sections])
 
     def toc(self) -> str:
-        return "\n".join(f"{num} {title}: " + "; ".join(f"{sid} {self.by_id[sid].title}" for sid in ids)
-                         for num, title, ids in self.chapters)
+        """One line per chapter; a section title's "CHAPTER TITLE: " prefix is left out."""
+        return "\n".join(f"{num} {title}: " + "; ".join(
+            f"{sid} {cap(self.by_id[sid].title.removeprefix(title + ': '))}" for sid in ids)
+            for num, title, ids in self.chapters)
 
 
 @lru_cache(maxsize=6)

@@ -50,7 +50,9 @@ def test_toc_search_and_read_section_show_the_document():
     ev = t.reference["evidence"][0]
     (toc,), (hits,), (read,) = episode(t, call("toc"), call("search", query=ev["query"]),
                                        call("read_section", section=ev["section"]))[0]
-    assert all(f"{s.id} {s.title}" in toc.content for s in report.sections)
+    assert all(f"{s.id} {s.title.split(': ')[-1][:1].upper()}{s.title.split(': ')[-1][1:]}" in toc.content
+               for s in report.sections)
+    assert len(toc.content.split("\n")) == len(report.chapters)
     assert hits.content.startswith("1. [") and ev["text"] in hits.content
     assert read.content.startswith(f"{ev['section']} ") and f"[{ev['section']} ¶1]" in read.content
     assert ev["text"] in read.content and not read.error
