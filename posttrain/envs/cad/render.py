@@ -4,11 +4,14 @@
     out = render(code, timeout=8.0)          # RenderOutcome: stl bytes, or an error kind and message
 
 `refusal` reads the script as OpenSCAD's lexer does (strings, // and /* */ comments skipped) and
-refuses an `include <...>` / `use <...>` whose path is absolute or has a `..` part, and an
-`import(...)` / `surface(...)` whose file is not a plain relative string literal inside the work
-dir (no absolute path, no `..`, no backslash escape, no computed name). The sandbox would show
-nothing of the host anyway: only /usr read-only (openscad, its libraries and fonts), a generated
-/etc and the render's own work dir, where part.scad is the only file.
+refuses an `include <...>` / `use <...>` whose path is absolute or has a `..` part, and a call
+that reads a file (import, surface, the deprecated import_stl / import_off / import_dxf /
+dxf_* calls, any call's `file=`, an extruder's string argument) whose file is not a plain
+relative string literal inside the work dir (no absolute path, no `..`, no backslash escape, no
+computed name). What a static check cannot see (`linear_extrude(p)` with p a string variable)
+is left to the sandbox, which shows nothing of the host anyway: only /usr read-only (openscad,
+its libraries and fonts), a generated /etc and the render's own work dir, where part.scad is
+the only file.
 
 `render` writes part.scad into a fresh directory under this process's work root, runs
 `openscad -o part.stl part.scad` there (posttrain.sandbox.process.run_command: no network, the
@@ -44,6 +47,11 @@ MAX_LINES = 6  # error / warning lines quoted back
 
 _TOKEN = re.compile(r'//[^\n]*|/\*.*?(?:\*/|$)|"(?:[^"\\]|\\.)*"?|[A-Za-z_$][A-Za-z0-9_$]*|\S', re.S)
 _INCLUDE = re.compile(r"<([^>\n]*)>?")
+# OpenSCAD 2021.01's calls that read a file: its first positional argument or `file=` (any call's `file=`
+# is checked too); the extruders read one when given a string
+READERS = ("import", "import_stl", "import_off", "import_dxf", "surface", "dxf_linear_extrude",
+           "dxf_rotate_extrude", "dxf_dim", "dxf_cross")
+EXTRUDERS = ("linear_extrude", "rotate_extrude")
 _root_lock = threading.Lock()
 _root: str | None = None
 
@@ -61,26 +69,47 @@ def _outside(path: str) -> bool:
     return path.startswith("/") or ".." in re.split(r"[/\\]", path) or bool(re.match(r"[A-Za-z]:", path))
 
 
-def _literal_file(tokens: list[str], i: int) -> str | None:
-    """The file argument of the call whose "(" is tokens[i], when it is a single string literal."""
+def _call_args(tokens: list[str], i: int) -> list[list[str]]:
+    """The top-level arguments (each a token list) of the call whose "(" is tokens[i]."""
     depth, arg, args = 0, [], []
     for tok in tokens[i + 1:]:
-        if tok in "([{" and len(tok) == 1:
+        if tok in ("(", "[", "{"):
             depth += 1
-        elif tok in ")]}" and len(tok) == 1:
+        elif tok in (")", "]", "}"):
             if depth == 0:
                 break
             depth -= 1
         if depth == 0 and tok == ",":
             args.append(arg)
             arg = []
-        elif not tok.startswith(("//", "/*")):
+        else:
             arg.append(tok)
-    args.append(arg)
-    named = [a[2:] for a in args if len(a) > 2 and a[0] == "file" and a[1] == "="]
-    value = named[0] if named else args[0] if args and (len(args[0]) < 2 or args[0][1] != "=") else []
-    if len(value) == 1 and value[0].startswith('"') and value[0].endswith('"') and len(value[0]) >= 2:
+    return args + [arg]
+
+
+def _literal(value: list[str]) -> str | None:
+    """The text of a lone string literal token, else None."""
+    if len(value) == 1 and len(value[0]) >= 2 and value[0][0] == value[0][-1] == '"':
         return value[0][1:-1]
+    return None
+
+
+def _file_refusal(name: str, args: list[list[str]]) -> str | None:
+    named = {a[0]: a[2:] for a in args if len(a) >= 2 and a[1] == "="}
+    positional = [a for a in args if a and not (len(a) >= 2 and a[1] == "=")]
+    if name in READERS:
+        value = named.get("file", positional[0] if positional else [])
+    elif "file" in named:
+        value = named["file"]
+    elif name in EXTRUDERS and positional and _literal(positional[0]) is not None:
+        value = positional[0]  # linear_extrude("x.dxf", ...) reads a file too
+    else:
+        return None
+    path = _literal(value)
+    if path is None:
+        return f"{name}(): the file must be a plain string literal naming a file in the work dir"
+    if "\\" in path or _outside(path):
+        return f'{name}("{path}") refers to a path outside the work dir'
     return None
 
 
@@ -92,6 +121,8 @@ def refusal(code: str) -> str | None:
         if m is None:
             break
         tok, pos = m.group(0), m.end()
+        if tok.startswith(("//", "/*")):
+            continue
         if tok in ("include", "use"):
             start = pos
             while start < len(code) and code[start].isspace():
@@ -104,12 +135,10 @@ def refusal(code: str) -> str | None:
                 continue
         tokens.append(tok)
     for i, tok in enumerate(tokens[:-1]):
-        if tok in ("import", "surface") and tokens[i + 1] == "(":
-            name = _literal_file(tokens, i + 1)
-            if name is None:
-                return f"{tok}(): the file must be a plain string literal naming a file in the work dir"
-            if "\\" in name or _outside(name):
-                return f'{tok}("{name}") refers to a path outside the work dir'
+        if tokens[i + 1] == "(" and (tok[0].isalpha() or tok[0] in "_$"):
+            why = _file_refusal(tok, _call_args(tokens, i + 1))
+            if why is not None:
+                return why
     return None
 
 

@@ -109,6 +109,8 @@ def test_checks_name_exactly_what_is_wrong():
     "include </etc/passwd>\ncube(1);", "use <../lib.scad>\ncube(1);", 'import("/etc/passwd");',
     'import(file = "../../x.stl");', 'surface(file="/etc/hosts");', 'import("\\x2fetc/passwd");',
     'import(str("/e", "tc/passwd"));', 'f = "a.stl"; import(f);', "include<  /abs/x.scad>",
+    'import /* a comment */ ("/etc/passwd");', 'import_stl("/etc/x.stl");', 'linear_extrude("/etc/a.dxf", height=1);',
+    'rotate_extrude(file = "../a.dxf");', 'x = dxf_dim(file = "/etc/a.dxf", name = "a");', "module m(f) import(f);",
 ])
 def test_file_references_outside_the_work_dir_are_refused(code):
     why = refusal(code)
@@ -118,7 +120,8 @@ def test_file_references_outside_the_work_dir_are_refused(code):
 def test_what_stays_inside_is_not_refused():
     for code in ["cube(1);", "// include </etc/passwd>\ncube(1);", '/* import("/x") */ cube(1);',
                  'echo("include </etc/passwd>"); cube(1);', "include <MCAD/units.scad>\ncube(1);",
-                 'import("part.stl");', 'surface(file = "heights.dat", center = true);']:
+                 'import("part.stl");', 'surface(file = "heights.dat", center = true);',
+                 "linear_extrude(height = h) square(2);", "rotate_extrude($fn = 32) translate([5, 0]) circle(1);"]:
         assert refusal(code) is None, code
 
 
