@@ -38,7 +38,8 @@ def _holes_z(holes: list[list[float]], d: float, t: float, fn: int, first: int =
 
 def _plate_step(w: float, d: float, t: float, what: str = "base plate") -> Step:
     return Step(f"Create the {what}: a box {num(w)} x {num(d)} x {num(t)} mm (x by y by z) with its minimum "
-                f"corner at the origin (x 0..{num(w)}, y 0..{num(d)}, z 0..{num(t)}).", add=(Box((0, 0, 0), (w, d, t)),))
+                f"corner at the origin (x 0..{num(w)}, y 0..{num(d)}, z 0..{num(t)}).",
+                add=(Box((0, 0, 0), (w, d, t)),))
 
 
 def _holes_text(holes: list[list[float]], d: float, where: str) -> str:
