@@ -22,6 +22,8 @@ from posttrain.tasks.generated import OracleTurn, calls, register_generated
 from posttrain.types import Limits, Task
 
 FAMILY = {1: "block", 2: "plate", 3: "boss", 4: "bracket", 5: "flange"}
+# a turn writes the whole script so far: level 5's (16 bolt and counterbore cuts) is up to ~1,400 characters
+TURN_TOKENS = {1: 512, 2: 512, 3: 512, 4: 1024, 5: 1536}
 
 
 def cad_oracle(task: Task) -> list[OracleTurn]:
@@ -50,7 +52,7 @@ def cad_task(seed: int, level: int, options: Mapping[str, Any]) -> Task:
         reference={"seed": seed, "level": level, "fn": fn, "params": params},
         verifiers=("env_score",),
         env="cad",
-        limits=Limits(max_turns=8 + 3 * steps, max_new_tokens=512 if level <= 3 else 1024,
+        limits=Limits(max_turns=8 + 3 * steps, max_new_tokens=TURN_TOKENS[level],
                       seconds=60.0 + 30.0 * steps, tool_timeout=20.0),
         metadata={"tools": TOOLS, "level": level, "seed": seed, "family": FAMILY[level], "steps": steps},
     )
