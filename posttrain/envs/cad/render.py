@@ -29,12 +29,13 @@ import re
 import shutil
 import signal
 import stat
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
 from posttrain.envs.base import InfraError
-from posttrain.envs.terminal.session import make_work_root, new_work_dir, shared_isolation
+from posttrain.envs.terminal.session import new_work_dir, shared_isolation
 from posttrain.sandbox.isolation import BwrapIsolation, Limits, resolve, sandbox_env
 from posttrain.sandbox.process import Command, run_command
 from posttrain.sandbox.types import SandboxError
@@ -147,7 +148,8 @@ def work_root() -> str:
     global _root
     with _root_lock:
         if _root is None:
-            _root = make_work_root()
+            _root = tempfile.mkdtemp(prefix="posttrain-cad-")
+            os.chmod(_root, 0o711)  # the sandbox uid may traverse it, not list it
             atexit.register(shutil.rmtree, _root, True)
         return _root
 
