@@ -7,9 +7,10 @@
 
 Tables by level (themes.py has the roles): L1-L2 the facts and one entity (f, d1), L3 adds the
 second entity (d2), L4-L5 the second fact table (x). `rows` is the fact table's row count; d1 has
-rows/4 (at least 4), d2 rows/8 (at least 3), x about `theme.x_share` of rows. Values: integer ids
-from a drawn offset, names unique within their table, amounts with cents, ISO dates within a drawn
-year, about a fifth of the optional amounts and a tenth of d1's dates NULL.
+rows/4 (at least 4), d2 rows/8 (at least 3; both fewer when a name pool is smaller), x about
+`theme.x_share` of rows. Values: integer ids from a drawn offset, names unique within their table,
+amounts with cents, ISO dates within a drawn year (or two), about a fifth of the optional amounts
+and a tenth of d1's dates NULL.
 """
 
 from __future__ import annotations
@@ -104,10 +105,15 @@ def _names(rng: random.Random, kind: tuple[str, ...], n: int) -> list[str]:
     """n distinct names: from the pool itself, or made up for a generated kind (person, product, ...)."""
     if len(kind) > 1:
         return rng.sample(kind, min(n, len(kind)))
+    districts = ("North", "South", "Central", "Harbour", "Old Town")
+    capacity = {"person": len(PEOPLE_FIRST) * len(PEOPLE_LAST), "product": len(WORDS_A) * len(WORDS_B),
+                "company": len(WORDS_A) * len(WORDS_B) * len(COMPANY), "city": len(CITIES) * len(districts),
+                "handle": len(WORDS_A) * len(WORDS_B) * 99}[kind[0]]
+    n = min(n, capacity // 2)  # drawing stays quick: at least half the names are still free
     make = {"person": lambda: f"{rng.choice(PEOPLE_FIRST)} {rng.choice(PEOPLE_LAST)}",
             "product": lambda: f"{rng.choice(WORDS_A)} {rng.choice(WORDS_B)}",
             "company": lambda: f"{rng.choice(WORDS_A)} {rng.choice(WORDS_B)}s {rng.choice(COMPANY)}",
-            "city": lambda: f"{rng.choice(CITIES)} {rng.choice(('North', 'South', 'Central', 'Harbour', 'Old Town'))}",
+            "city": lambda: f"{rng.choice(CITIES)} {rng.choice(districts)}",
             "handle": lambda: f"{rng.choice(WORDS_A).lower()}_{rng.choice(WORDS_B).lower()}{rng.randint(1, 99)}"}[kind[0]]
     out: list[str] = []
     seen: set[str] = set()

@@ -12,7 +12,7 @@ from posttrain.envs.sql.compare import has_top_level_order_by
 from posttrain.envs.sql.draw import TEMPLATES, check
 from posttrain.envs.sql.executor import run_query
 from posttrain.envs.sql.questions import Names
-from posttrain.envs.sql.schema import LEVEL_TABLES, build_database
+from posttrain.envs.sql.schema import LEVEL_TABLES, MAX_ROWS, build_database
 from posttrain.envs.sql.themes import THEMES
 from posttrain.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
@@ -127,5 +127,7 @@ def test_tiny_and_large_tables_still_make_tasks():
         for level in range(1, 6):
             if not (rows == 1 and level == 2):
                 assert len(tasks(20, rows=rows, level=level)) == 20
-    big = tasks(3, rows=1000, level=5)
-    assert {len(build_database(t.metadata["seed"], 5, 1000).table("f").rows) for t in big} == {1000}
+    big = [build_database(s, 5, MAX_ROWS) for s in range(30)]  # every theme, its name pools at their largest
+    assert {db.theme.name for db in big} == set(THEMES) and {len(db.table("f").rows) for db in big} == {MAX_ROWS}
+    assert all(len(set(t.values("name"))) == len(t.rows) for db in big for t in db.tables if t.has("name"))
+    assert len(tasks(2, rows=MAX_ROWS, level=5)) == 2
