@@ -111,6 +111,8 @@ def _check_text(sql: str) -> None:
 
 
 def _one_line(error: Exception) -> str:
+    if isinstance(error, MemoryError) or "out of memory" in str(error):
+        return "out of memory: the query passed the memory bound"
     text = " ".join(str(error).split()) or type(error).__name__
     if "one statement at a time" in text:
         return "one statement per call (the query holds more than one)"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from posttrain.envs.sql.executor import COUNT_CAP, QueryError, open_readonly, run_query
+from posttrain.envs.sql.executor import COUNT_CAP, HEAP_LIMIT_BYTES, QueryError, open_readonly, run_query
 from posttrain.envs.sql.schema import build_database
 
 DB = build_database(4, 5, 40)
@@ -77,6 +77,10 @@ def test_the_connection_itself_is_locked_down():
         conn.execute("PRAGMA query_only = OFF")
     assert conn.getlimit(sqlite3.SQLITE_LIMIT_ATTACHED) == 0
     conn.close()
+    # the memory bound is process-wide: any connection now reads it back
+    other = sqlite3.connect(":memory:")
+    assert 0 < other.execute("PRAGMA hard_heap_limit").fetchone()[0] <= HEAP_LIMIT_BYTES
+    other.close()
 
 
 def test_runaway_queries_stop_at_the_time_limit():
@@ -90,6 +94,20 @@ def test_runaway_queries_stop_at_the_time_limit():
     with pytest.raises(QueryError) as e:
         run_query(DB.data, f"SELECT COUNT(*) FROM {t} a, {t} b, {t} c, {t} d, {t} e", timeout_s=0.5)
     assert e.value.kind == "tool_timeout" and time.monotonic() - started < 1.5
+
+
+def test_a_query_past_the_memory_bound_fails_cleanly():
+    conn = sqlite3.connect(":memory:")
+    limit = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+    conn.execute(f"PRAGMA hard_heap_limit = {64 << 20}")  # process-wide: lowered for this test only
+    try:
+        hog = ("WITH RECURSIVE r(n, s) AS (SELECT 1, 'x' UNION SELECT n + 1, printf('%.5000c', 'y') || n FROM r) "
+               "SELECT MAX(n) FROM r")
+        assert "out of memory" in refused(hog, timeout_s=20.0)
+    finally:
+        conn.execute(f"PRAGMA hard_heap_limit = {limit}")
+        conn.close()
+    assert run_query(DB.data, "SELECT 1", timeout_s=1.0).rows == ((1,),)
 
 
 def test_huge_results_are_capped_and_counted():
