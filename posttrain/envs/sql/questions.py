@@ -194,20 +194,33 @@ def l2_per_cat(n, rng):
 
 def l2_per_month(n, rng):
     year = rng.choice(sorted({d[:4] for d in n.values("f", "date")}))
-    return Question(f"For each month of {year} that has {n.w('f')}, give the month as 'YYYY-MM' and the total "
-                    f"{n.w('f_money')}. {ROUND}",
-                    f"SELECT strftime('%Y-%m', {n.f_date}) AS month, ROUND(SUM({n.f_money}), 2) FROM {n.f} "
-                    f"WHERE {n.f_date} LIKE '{year}-%' GROUP BY month", decimals=2, groups=True)
+    words, expr, dec = rng.choice(((f"the total {n.w('f_money')}", f"ROUND(SUM({n.f_money}), 2)", 2),
+                                   (f"the number of {n.w('f')}", "COUNT(*)", None),
+                                   (f"the average {n.w('f_money')}", f"ROUND(AVG({n.f_money}), 2)", 2),
+                                   (f"the smallest {n.w('f_money')}", f"MIN({n.f_money})", None)))
+    return Question(f"For each month of {year} that has {n.w('f')} (by {n.f_date}), give the month as 'YYYY-MM' and "
+                    f"{words}." + (f" {ROUND}" if dec else ""),
+                    f"SELECT strftime('%Y-%m', {n.f_date}) AS month, {expr} FROM {n.f} "
+                    f"WHERE {n.f_date} LIKE '{year}-%' GROUP BY month", decimals=dec, groups=True)
 
 
 def l2_sorted_totals(n, rng):
-    return Question(f"For each {n.w('f_cat')}, give the {n.w('f_cat')} and the total {n.w('f_money')}, sorted by the "
-                    f"total from highest to lowest. {ROUND}",
-                    f"SELECT {n.f_cat}, ROUND(SUM({n.f_money}), 2) AS total FROM {n.f} GROUP BY {n.f_cat} "
-                    f"ORDER BY total DESC", ordered=True, decimals=2, key=(1,), groups=True)
+    phrase, cond = scope(n, rng)
+    order, word = rng.choice((("DESC", "from highest to lowest"), ("ASC", "from lowest to highest")))
+    return Question(f"For each {n.w('f_cat')}, give the {n.w('f_cat')} and the total {n.w('f_money')} of the "
+                    f"{n.w('f')}{phrase}, sorted by the total {word}. {ROUND}",
+                    f"SELECT {n.f_cat}, ROUND(SUM({n.f_money}), 2) AS total FROM {n.f}{where(cond)} GROUP BY {n.f_cat} "
+                    f"ORDER BY total {order}", ordered=True, decimals=2, key=(1,), groups=True)
 
 
 def l2_entity_groups(n, rng):
+    dates = sorted(n.values("d1", "date"))
+    if dates and rng.random() < 0.6:
+        cut = rng.choice(dates)
+        return Question(f"For each {n.w('d1_attr')}, how many {n.w('d1')} have a {n.w('d1_date')} before {cut}? "
+                        f"Return the {n.w('d1_attr')} and the count (only the {n.w('d1_attr')} values with any).",
+                        f"SELECT {n.d1_attr}, COUNT(*) FROM {n.d1} WHERE {n.d1_date} < '{cut}' GROUP BY {n.d1_attr}",
+                        groups=True)
     return Question(f"For each {n.w('d1_attr')}, how many {n.w('d1')} are there, and how many of them have a "
                     f"{n.w('d1_date')}? Return the {n.w('d1_attr')}, the count and the count with a date.",
                     f"SELECT {n.d1_attr}, COUNT(*), COUNT({n.d1_date}) FROM {n.d1} GROUP BY {n.d1_attr}", groups=True)
