@@ -27,7 +27,8 @@ from typing import Any, Protocol, Sequence
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.tasks.registry import is_source, sources
+from posttrain.tasks.registry import is_source
+from posttrain.tasks.registry import sources as registered_sources
 from posttrain.types import Task
 
 BLOCK = 64  # reasoning-gym items built at a time
@@ -260,7 +261,7 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     for d in domains:
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
-        elif is_source(d.name) and sources()[d.name].levels:
+        elif is_source(d.name) and registered_sources()[d.name].levels:
             source = GeneratedSource(d.name, dict(d.options), task_seed, d.eval_tasks)
         elif is_source(d.name):
             source = registry_source(d.name, dict(d.options), task_seed, seed, d.eval_tasks)
