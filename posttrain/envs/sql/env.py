@@ -51,8 +51,11 @@ TOOLS = [
     _tool("submit", "Submit the SQL query whose result answers the question. Ends the episode."),
 ]
 SYSTEM = """You are a data analyst. Answer the user's question about the SQLite database below by writing one SQL query.
-Call run_sql(query) to explore the data (read-only: SELECT or WITH; one statement per call; at most {rows} rows are shown).
-When your query is right, call submit(query) with it: its result is compared with the expected result (values and number of columns must match, column names do not matter, row order matters only when the question asks for an order). Submitting ends the episode.
+Call run_sql(query) to explore the data (read-only: SELECT or WITH; one statement per call;
+at most {rows} rows are shown). When your query is right, call submit(query) with it: its result
+is compared with the expected result (the values and the number of columns must match, column
+names do not matter, row order matters only when the question asks for an order).
+Submitting ends the episode.
 
 Schema ({theme} data):
 ```sql

@@ -66,7 +66,6 @@ class QueryResult:
     columns: tuple[str, ...]
     rows: tuple[tuple, ...]  # at most max_rows
     more: int = 0  # rows past max_rows (at most COUNT_CAP)
-    seconds: float = 0.0
 
 
 def _authorize(action: int, arg1, arg2, db_name, trigger) -> int:
@@ -122,7 +121,6 @@ def _one_line(error: Exception) -> str:
 def run_query(db_bytes: bytes, sql: str, *, timeout_s: float, max_rows: int = 50) -> QueryResult:
     """Runs one read-only query; QueryError(kind, message) when it fails, is refused or runs out of time."""
     _check_text(sql)
-    started = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     timed_out = False
 
@@ -145,7 +143,7 @@ def run_query(db_bytes: bytes, sql: str, *, timeout_s: float, max_rows: int = 50
             if not chunk:
                 break
             more += len(chunk)
-        return QueryResult(columns, rows, more, time.perf_counter() - started)
+        return QueryResult(columns, rows, more)
     except (sqlite3.Error, sqlite3.Warning, OverflowError, MemoryError, ValueError) as e:
         if timed_out:
             raise QueryError("tool_timeout", f"the query ran past its {timeout_s:g} s limit") from None

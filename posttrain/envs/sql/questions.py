@@ -57,8 +57,9 @@ def cat(n: Names, rng) -> str:
     return rng.choice(sorted(set(n.values("f", "cat"))))
 
 
-def threshold(n: Names, rng, table: str = "f", role: str = "money") -> int:
-    vals = sorted(n.values(table, role))
+def threshold(n: Names, rng) -> int:
+    """A whole number between the facts' amounts' 25th and 80th percentiles."""
+    vals = sorted(n.values("f", "money"))
     return int(vals[int(len(vals) * rng.uniform(0.25, 0.8))])
 
 
@@ -107,7 +108,8 @@ def join_d2(n: Names) -> str:
 
 def l1_count_cat(n, rng):
     v = cat(n, rng)
-    return Question(f"How many {n.w('f')} have {n.w('f_cat')} '{v}'?", f"SELECT COUNT(*) FROM {n.f} WHERE {n.f_cat} = '{v}'")
+    return Question(f"How many {n.w('f')} have {n.w('f_cat')} '{v}'?",
+                    f"SELECT COUNT(*) FROM {n.f} WHERE {n.f_cat} = '{v}'")
 
 
 def l1_sum_cat(n, rng):
@@ -139,7 +141,8 @@ def l1_avg_range(n, rng):
     a, b = days[i], days[min(len(days) - 1, i + rng.randint(len(days) // 4, len(days) // 2))]
     return Question(f"What is the average {n.w('f_money')} of the {n.w('f')} dated (by {n.f_date}) from {a} to {b} "
                     f"(both included)? {ROUND}",
-                    f"SELECT ROUND(AVG({n.f_money}), 2) FROM {n.f} WHERE {n.f_date} BETWEEN '{a}' AND '{b}'", decimals=2)
+                    f"SELECT ROUND(AVG({n.f_money}), 2) FROM {n.f} WHERE {n.f_date} BETWEEN '{a}' AND '{b}'",
+                    decimals=2)
 
 
 def l1_extreme_cat(n, rng):

@@ -39,10 +39,6 @@ class Column:
     name: str
     type: str  # INTEGER, REAL, TEXT
 
-    @property
-    def words(self) -> str:
-        return self.name.replace("_", " ")
-
 
 @dataclass(frozen=True)
 class Table:
@@ -65,10 +61,6 @@ class Table:
         i = [c.role for c in self.columns].index(role)
         return [r[i] for r in self.rows]
 
-    @property
-    def words(self) -> str:
-        return self.name.replace("_", " ")
-
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -82,13 +74,9 @@ class Database:
     theme: Theme
     tables: tuple[Table, ...]
     data: bytes  # the serialized SQLite database
-    year: int
 
     def table(self, role: str) -> Table:
         return next(t for t in self.tables if t.role == role)
-
-    def has(self, role: str) -> bool:
-        return any(t.role == role for t in self.tables)
 
     def col(self, table_role: str, role: str) -> str:
         return self.table(table_role).col(role).name
@@ -114,7 +102,8 @@ def _names(rng: random.Random, kind: tuple[str, ...], n: int) -> list[str]:
             "product": lambda: f"{rng.choice(WORDS_A)} {rng.choice(WORDS_B)}",
             "company": lambda: f"{rng.choice(WORDS_A)} {rng.choice(WORDS_B)}s {rng.choice(COMPANY)}",
             "city": lambda: f"{rng.choice(CITIES)} {rng.choice(districts)}",
-            "handle": lambda: f"{rng.choice(WORDS_A).lower()}_{rng.choice(WORDS_B).lower()}{rng.randint(1, 99)}"}[kind[0]]
+            "handle": lambda: f"{rng.choice(WORDS_A).lower()}_{rng.choice(WORDS_B).lower()}{rng.randint(1, 99)}",
+            }[kind[0]]
     out: list[str] = []
     seen: set[str] = set()
     while len(out) < n:
@@ -193,7 +182,8 @@ def _facts(rng, theme: Theme, n: int, start: dt.date, span: int, d1: Table, d2: 
 def _second_facts(rng, theme: Theme, f: Table) -> Table:
     plural, singular = rng.choice(theme.tables["x"])
     cols = (Column("id", rng.choice(("id", f"{singular}_id")), "INTEGER"), Column("f", f"{f.singular}_id", "INTEGER"),
-            Column("date", _pick(rng, theme, "x", "date"), "TEXT"), Column("money", _pick(rng, theme, "x", "money"), "REAL"))
+            Column("date", _pick(rng, theme, "x", "date"), "TEXT"),
+            Column("money", _pick(rng, theme, "x", "money"), "REAL"))
     rows, next_id = [], rng.choice((1, 1, 900, 70001))
     ledger = theme.name == "ledger"
     for fid, day, amount in zip(f.values("id"), f.values("date"), f.values("money")):
@@ -218,7 +208,8 @@ def _load(tables: tuple[Table, ...]) -> bytes:
         for c in t.columns:
             kind = "INTEGER" if c.role in ("d1", "d2", "f") else c.type
             ref = by_role.get(c.role) if c.role in ("d1", "d2", "f") else None
-            extra = " PRIMARY KEY" if c.role == "id" else (f" REFERENCES {ref.name}({ref.col('id').name})" if ref else "")
+            key = f" REFERENCES {ref.name}({ref.col('id').name})" if ref else ""
+            extra = " PRIMARY KEY" if c.role == "id" else key
             defs.append(f"{c.name} {kind}{extra}")
         conn.execute(f"CREATE TABLE {t.name} (\n  " + ",\n  ".join(defs) + "\n)")
         reader = csv.reader(io.StringIO(t.csv_text()))
@@ -237,7 +228,7 @@ def build_database(seed: int, level: int, rows: int) -> Database:
     rng = random.Random(f"sql-db/{seed}/{level}/{rows}")
     theme = THEMES[rng.choice(sorted(THEMES))]
     year = rng.randint(2018, 2024)
-    start, span = dt.date(year, 1, 1), rng.choice((364, 364, 545, 729))
+    start, span = dt.date(year, 1, 1), rng.choice((364, 364, 545, 729))  # one year, or up to two
     n_d1, n_d2 = max(4, rows // 4), max(3, rows // 8)
     d2 = _entity(rng, theme, "d2", n_d2, start)
     d1 = _entity(rng, theme, "d1", n_d1, start)
@@ -247,4 +238,4 @@ def build_database(seed: int, level: int, rows: int) -> Database:
         d1 = _with_key(d1, d2, f"{d2.singular}_id", rng)
     f = _facts(rng, theme, rows, start, span, d1, d2 if theme.shape == "star" and "d2" in roles else None)
     tables = (f, d1) + ((d2,) if "d2" in roles else ()) + ((_second_facts(rng, theme, f),) if "x" in roles else ())
-    return Database(theme, tables, _load(tables), year)
+    return Database(theme, tables, _load(tables))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_rows_multisets_and_order():
 
 
 def test_the_reference_itself_and_a_rewritten_query_score_1():
-    t = task_where(1, lambda t: t.reference["sql"].startswith("SELECT COUNT(*) FROM") and " WHERE " in t.reference["sql"])
+    t = task_where(1, lambda t: re.match(r"SELECT COUNT\(\*\) FROM \w+ WHERE ", t.reference["sql"]) is not None)
     assert score(t, t.reference["sql"]).value == 1.0
     body = t.reference["sql"].split(" WHERE ", 1)[1]
     table = t.reference["sql"].split(" FROM ")[1].split()[0]
@@ -94,7 +95,8 @@ def test_no_submission_a_failing_one_and_a_write_score_0_and_leave_the_db_intact
     assert score_state(t, {}).value == 0.0 and score_state(t, None).value == 0.0
     bad = score(t, "SELECT nope FROM nowhere")
     assert bad.value == 0.0 and "no such table: nowhere" in bad.details["error"]
-    for attack in (f"DELETE FROM {f.name}", f"SELECT 1; DROP TABLE {f.name}", f"WITH d AS (SELECT 1) DELETE FROM {f.name}"):
+    for attack in (f"DELETE FROM {f.name}", f"SELECT 1; DROP TABLE {f.name}",
+                   f"WITH d AS (SELECT 1) DELETE FROM {f.name}"):
         assert score(t, attack).value == 0.0
     assert db.data == before and score(t, t.reference["sql"]).value == 1.0
     quick = dataclasses.replace(t, limits=dataclasses.replace(t.limits, tool_timeout=0.5))
