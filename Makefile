@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps demo demo-real demo-bfcl test test-slow test-all bench clean
+.PHONY: setup sysdeps demo demo-real demo-bfcl demo-mixed test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps
 
@@ -69,6 +69,10 @@ demo-real: setup $(SMOL)/config.json
 # of base, SFT and RL model in runs/smollm2-bfcl/report.html: ~70 min on 2 CPU cores (docs/LOG.md).
 demo-bfcl: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-bfcl.yaml
+
+# Six kinds of domain in one RL run (reasoning-gym, BFCL, terminal, SQL, documents, CAD): ~X min on 2 CPU cores
+demo-mixed: setup $(SMOL)/config.json
+	$(VENV)/bin/posttrain run configs/smollm2-mixed.yaml
 
 test: setup
 	$(PY) -m pytest
