@@ -29,28 +29,21 @@ $(STAMP): pyproject.toml
 # bubblewrap isolates the sandbox; openscad renders the CAD environment's parts; chromium renders
 # report.html in its browser test (tests/unit/telemetry/test_report_browser.py). Installed with
 # apt-get when missing and we are root.
+# $(call need,COMMAND,DEBIAN-PACKAGE,WHAT-TO-DO-WITHOUT-IT): apt-get installs PACKAGE when COMMAND is missing
+define need
+	@command -v $(1) >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing $(2)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
+		else \
+			$(3); \
+		fi; }
+endef
+
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing bubblewrap"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
-		else \
-			echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap'"; exit 1; \
-		fi; }
-	@command -v openscad >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing openscad"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openscad >/dev/null; \
-		else \
-			echo "openscad is missing: run 'sudo apt-get install openscad'"; exit 1; \
-		fi; }
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing chromium"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-		else \
-			echo "chromium is missing (the report's browser test will skip): run 'sudo apt-get install chromium'"; \
-		fi; }
+	$(call need,bwrap,bubblewrap,echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap'"; exit 1)
+	$(call need,openscad,openscad,echo "openscad is missing: run 'sudo apt-get install openscad'"; exit 1)
+	$(call need,chromium,chromium,echo "chromium is missing (the report's browser test will skip): run 'sudo apt-get install chromium'")
 
 demo: setup
 	$(VENV)/bin/posttrain run configs/quickstart.yaml
