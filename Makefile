@@ -63,7 +63,7 @@ demo-real: setup $(SMOL)/config.json
 demo-bfcl: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-bfcl.yaml
 
-# Six kinds of domain in one RL run (reasoning-gym, BFCL, terminal, SQL, documents, CAD): ~X min on 2 CPU cores
+# Six kinds of domain in one RL run (reasoning-gym, BFCL, terminal, SQL, documents, CAD): ~11 min on 2 CPU cores
 demo-mixed: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-mixed.yaml
 
