@@ -231,7 +231,8 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
     events = (f"env_error: {notes['env_error']}",) if "env_error" in notes else ()
     return Trajectory(
         task_id=task.id, token_ids=tuple(b.ids), loss_mask=tuple(b.mask), logprobs=tuple(b.logprobs),
-        prompt_len=prompt_len, sampling=params, text=fmt.tokenizer.decode(last_ids, skip_special_tokens=True), policy_version=version, turns=turns,
+        prompt_len=prompt_len, sampling=params, text=fmt.tokenizer.decode(last_ids, skip_special_tokens=True),
+        policy_version=version, turns=turns,
         finish_reason="error" if stop in ("env_error", "infra_error") else finish,
         timings={"episode": stats["episode_seconds"]}, events=events, sampler_weights=sampler_weights,
         token_sources=tuple(b.sources), token_versions=tuple(b.versions), stop_reason=stop, final_state=state,

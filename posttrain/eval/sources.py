@@ -170,7 +170,7 @@ def load_spec(spec: str | Sequence[str | Mapping[str, Any]], default_n: int, see
             if item.n is not None and item.n > len(got):
                 raise ConfigError(f"tasks: {item.name}:{item.n}: the file has only {len(got)} tasks")
             tasks += got[: item.n] if item.n is not None else got
-        elif registry.is_source(item.name) and registry.sources()[item.name].levels:
+        elif registry.is_generated(item.name):
             # a generated domain: its held-out test seeds from the first, as the RL in-loop eval takes them
             tasks += registry.make_source_tasks(item.name, item.n, 0, {"split": "test", **(item.options or {})})
         elif registry.is_source(item.name):

@@ -18,8 +18,9 @@ Seeds. `split: train` (the default) gives seeds `seed, seed + 1, ...`, which mus
 draw reaches. The RL mixture draws a generated domain's training tasks from its cursor upward and
 evaluates on the test split (tasks/mixture.py `GeneratedSource`).
 
-Levels. `level` is an int in 1..levels or a list of them (seed s gets `level[s % len(level)]`); the scheduler's curriculum moves it. Every task records `metadata["level"]` and
-`metadata["seed"]`, and its id is `NAME/L{level}/{seed}`.
+Levels. `level` is an int in 1..levels or a list of them (seed s gets `level[s % len(level)]`);
+the scheduler's curriculum moves it. Every task records `metadata["level"]` and `metadata["seed"]`,
+and its id is `NAME/L{level}/{seed}`.
 
 Oracle. `oracle_turns(task)` is a scripted episode: turns of tool calls, the last one's `content`
 the final answer (or a call the env ends the episode on). `posttrain tasks validate --source NAME`
@@ -34,7 +35,7 @@ generator that cannot meet its options for a seed raises ConfigError too (never 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from posttrain.envs.base import ToolCall
 from posttrain.errors import ConfigError
@@ -57,11 +58,8 @@ Oracle = Callable[[Task], list[OracleTurn]]
 
 @dataclass(frozen=True)
 class Generator:
-    name: str
     levels: int
-    make: MakeTask
     oracle: Oracle
-    options: Mapping[str, tuple[type, Any]]  # the generator's own: name -> (type, default)
 
 
 GENERATORS: dict[str, Generator] = {}
@@ -115,7 +113,7 @@ def register_generated(name: str, *, levels: int, oracle: Oracle, description: s
     declared = dict(options or {})
 
     def add(make: MakeTask) -> MakeTask:
-        GENERATORS[name] = Generator(name, levels, make, oracle, declared)
+        GENERATORS[name] = Generator(levels, oracle)
 
         def source(n: int | None, seed: int, opts: Mapping[str, Any]) -> list[Task]:
             wanted, split, own = check_options(name, levels, declared, opts)
@@ -124,8 +122,8 @@ def register_generated(name: str, *, levels: int, oracle: Oracle, description: s
             for s in task_seeds(name, count, seed, split):
                 level = wanted[s % len(wanted)]
                 task = make(s, level, own)
-                if task.domain != name or task.metadata.get("level") != level:
-                    raise ValueError(f"generator {name!r} made a task without its domain or level")  # a bug
+                if task.metadata.get("level") != level:  # a bug (make_source_tasks checks the domain)
+                    raise ValueError(f"generator {name!r} made a task without its level")
                 out.append(task)
             return out
 
@@ -152,7 +150,3 @@ def oracle_turns(task: Task) -> list[OracleTurn]:
 def calls(*pairs: tuple[str, Mapping[str, Any]]) -> tuple[ToolCall, ...]:
     """OracleTurn calls from (name, arguments) pairs, with ids call_0, call_1, ..."""
     return tuple(ToolCall(n, dict(a), f"call_{i}") for i, (n, a) in enumerate(pairs))
-
-
-def level_list(levels: int | Sequence[int]) -> list[int]:
-    return list(range(1, levels + 1)) if isinstance(levels, int) else list(levels)

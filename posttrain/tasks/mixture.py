@@ -27,8 +27,7 @@ from typing import Any, Protocol, Sequence
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.tasks.registry import is_source
-from posttrain.tasks.registry import sources as registered_sources
+from posttrain.tasks.registry import is_generated, is_source, make_source_tasks
 from posttrain.types import Task
 
 BLOCK = 64  # reasoning-gym items built at a time
@@ -137,8 +136,6 @@ def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: 
     """A registered task source (tasks/registry.py: humaneval, bfcl_*, terminal, ...). With
     `split: train` in its options, eval takes `n_eval` tasks of the source's own `test` split (no
     overlap); otherwise its last `n_eval` tasks are held out."""
-    from posttrain.tasks.registry import make_source_tasks
-
     tasks = make_source_tasks(domain, None, task_seed, options)
     if options.get("split") == "train":
         held_out = make_source_tasks(domain, None, task_seed, {**options, "split": "test"})[:n_eval]
@@ -150,21 +147,18 @@ class GeneratedSource:
     """A generated domain: one task per seed, training seeds from `task_seed` up, eval on the test split."""
 
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
-        from posttrain.tasks.registry import make_source_tasks
-
         self.domain, self.task_seed, self.n_eval = domain, task_seed, n_eval
         self.options = {k: v for k, v in options.items() if k != "split"}
-        self._make = make_source_tasks
         self.cursor = 0
-        self._make(domain, 1, task_seed, {**self.options, "split": "train"})  # bad options fail at build time
+        make_source_tasks(domain, 1, task_seed, {**self.options, "split": "train"})  # bad options fail at build time
 
     def take(self, n: int) -> list[Task]:
-        tasks = self._make(self.domain, n, self.task_seed + self.cursor, {**self.options, "split": "train"})
+        tasks = make_source_tasks(self.domain, n, self.task_seed + self.cursor, {**self.options, "split": "train"})
         self.cursor += n
         return tasks
 
     def eval_tasks(self) -> list[Task]:
-        return self._make(self.domain, self.n_eval, 0, {**self.options, "split": "test"}) if self.n_eval else []
+        return make_source_tasks(self.domain, self.n_eval, 0, {**self.options, "split": "test"}) if self.n_eval else []
 
     def state_dict(self) -> dict[str, Any]:
         return {"cursor": self.cursor}
@@ -261,7 +255,7 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     for d in domains:
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
-        elif is_source(d.name) and registered_sources()[d.name].levels:
+        elif is_generated(d.name):
             source = GeneratedSource(d.name, dict(d.options), task_seed, d.eval_tasks)
         elif is_source(d.name):
             source = registry_source(d.name, dict(d.options), task_seed, seed, d.eval_tasks)

@@ -100,6 +100,12 @@ def is_source(name: str) -> bool:
     return name in SOURCES
 
 
+def is_generated(name: str) -> bool:
+    """A generated environment domain (tasks/generated.py): levels, held-out test seeds, an oracle."""
+    _load()
+    return name in SOURCES and SOURCES[name].levels is not None
+
+
 def is_group(name: str) -> bool:
     _load()
     return name in GROUPS

@@ -120,24 +120,25 @@ async def play_oracle(env, task: Task, turns) -> bool:
     return False
 
 
-async def _generated_task(task: Task, resources) -> ValidationResult:
+async def _scored(task: Task, resources, turns) -> tuple:
+    """(score, done) of a fresh env reset and stepped through `turns` (none: the untouched state)."""
     from posttrain.envs.base import make_env
-    from posttrain.tasks.generated import oracle_turns
 
     env = make_env(task.env, resources)
     try:
-        await env.reset(task)
-        initial = (await resources.run_blocking(env.score, task, env.state()))[0]
+        done = await play_oracle(env, task, turns)
+        return (await resources.run_blocking(env.score, task, env.state()))[0], done
     finally:
         await env.close()
+
+
+async def _generated_task(task: Task, resources) -> ValidationResult:
+    from posttrain.tasks.generated import oracle_turns
+
+    initial, _ = await _scored(task, resources, [])
     if initial.value >= 1.0:
         return ValidationResult(task.id, False, "the untouched initial state already scores 1.0", initial.value)
-    env = make_env(task.env, resources)
-    try:
-        done = await play_oracle(env, task, oracle_turns(task))
-        oracle = (await resources.run_blocking(env.score, task, env.state()))[0]
-    finally:
-        await env.close()
+    oracle, done = await _scored(task, resources, oracle_turns(task))
     if oracle.value < 1.0:
         detail = {k: v for k, v in oracle.details.items() if k in ("error", "checks", "answer_ok", "citations_ok")}
         return ValidationResult(task.id, False, f"the oracle scores {oracle.value:.2f}"
@@ -149,12 +150,12 @@ async def _generated_task(task: Task, resources) -> ValidationResult:
 async def validate_generated(name: str, n: int = 5, levels=None, split: str = "test", seed: int = 0,
                              jobs: int = 2) -> list[ValidationResult]:
     """`n` tasks of generated domain `name` per level (all levels by default), `jobs` at a time."""
-    from posttrain.envs.base import InfraError as _Infra, Resources
-    from posttrain.tasks.generated import generator, level_list
+    from posttrain.envs.base import Resources
+    from posttrain.tasks.generated import generator
     from posttrain.tasks.registry import make_source_tasks
 
     gen = generator(name)
-    wanted = level_list(gen.levels if levels is None else levels)
+    wanted = list(levels) if levels else list(range(1, gen.levels + 1))
     tasks = [t for level in wanted for t in make_source_tasks(name, n, seed, {"level": level, "split": split})]
     resources, gate = Resources(), asyncio.Semaphore(max(1, jobs))
 
@@ -162,7 +163,7 @@ async def validate_generated(name: str, n: int = 5, levels=None, split: str = "t
         async with gate:
             try:
                 return await _generated_task(task, resources)
-            except _Infra as e:
+            except InfraError as e:
                 return ValidationResult(task.id, False, f"sandbox: {e}")
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))
