@@ -121,7 +121,9 @@ class Report:
             for num, title, ids in self.chapters)
 
 
-@lru_cache(maxsize=6)
+# a step's episodes and their scoring rebuild each report: 64 holds every task of a step (a level-5
+# report with its search index is ~4 MB; 6 made a step's interleaved groups rebuild it per episode)
+@lru_cache(maxsize=64)
 def build_report(seed: int, level: int, depth: float) -> Report:
     return _Builder(seed, level, depth).build()
 
