@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from posttrain.config_eval import EvalConfig, EvalSection, PipelineEvalConfig, Strict
+from posttrain.config_sched import CurriculumConfig, SchedulerConfig
 from posttrain.errors import ConfigError
 from posttrain.fsio import write_text_atomic
 
@@ -160,7 +161,9 @@ class DomainConfig(Strict):
     """One domain of the task mixture: a reasoning-gym dataset by name, or a JSONL task file."""
 
     name: str  # reasoning-gym dataset name, or any label for a JSONL source
-    weight: float = Field(1.0, gt=0)  # share of each step's prompts (normalised over the mixture)
+    weight: float = Field(1.0, ge=0)  # share of each step's prompts (normalised over the mixture; 0: off)
+    quota: int | None = Field(None, gt=0)  # groups of a step at most (None: no cap)
+    curriculum: CurriculumConfig | None = None  # difficulty levels moved by pass rate (config_sched.py)
     path: str | None = None  # JSONL tasks ({"prompt", "answer", "verifier"} per line); None: reasoning-gym
     options: dict[str, Any] = {}  # reasoning-gym dataset config, e.g. {"max_terms": 3}
     eval_tasks: int = Field(64, ge=0)  # held-out tasks for the in-loop eval (reasoning-gym: eval seeds)
@@ -312,6 +315,7 @@ class RLConfig(Strict):
     rollout: RolloutConfig = RolloutConfig()
     algo: AlgoConfig = AlgoConfig()
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()  # work items, lanes, value, tail (posttrain/scheduler/)
     buffer: BufferConfig = BufferConfig()
     reward: RewardConfig = RewardConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant")
@@ -327,6 +331,18 @@ class RLConfig(Strict):
         for d in self.tasks:
             if d.combine == "weights" and not d.verifier_weights:
                 raise ValueError(f"tasks: domain {d.name!r} combines by weights but sets no verifier_weights")
+        if not any(d.weight > 0 for d in self.tasks):
+            raise ValueError("tasks: every domain has weight 0; give at least one a positive weight")
+        want = self.rollout.prompts_per_step
+        for d in self.tasks:
+            if d.quota is not None and d.quota > want:
+                raise ValueError(f"tasks: domain {d.name!r} has quota={d.quota} above the step's "
+                                 f"rollout.prompts_per_step={want}")
+        if all(d.quota is not None or d.weight == 0 for d in self.tasks):
+            room = sum(d.quota for d in self.tasks if d.weight > 0 and d.quota is not None)
+            if room < want:
+                raise ValueError(f"tasks: the quotas allow {room} groups a step, fewer than "
+                                 f"rollout.prompts_per_step={want}")
         names = [d.name for d in self.tasks]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
