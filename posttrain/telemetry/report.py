@@ -13,7 +13,8 @@ checkpoints/, tb/, wandb/ and hidden folders are not searched):
 
 The page, top to bottom: the headline (report_headline.py: per suite each model's pass@1 / pass@k
 with intervals, Δ against the previous model and its significance; gates; alert counts); the
-curves that matter (report_curves.py); the evaluations (report_evals.py: per-suite delta and
+curves that matter (report_curves.py); the scheduler's utilisation, queues and per-domain table
+when the RL stage logged them (report_sched.py); the evaluations (report_evals.py: per-suite delta and
 domain tables, loose evals, long-context and safety tables); the stages (config, alerts); and,
 folded away, every logged metric plotted with a summary table per stage (report_dump.py).
 All text from files is HTML-escaped.
@@ -37,6 +38,7 @@ from posttrain.telemetry.report_evals import Eval, render_evals
 from posttrain.telemetry.report_headline import render_headline
 from posttrain.telemetry.report_html import CSS, e, is_num
 from posttrain.telemetry.report_metrics import metric_series
+from posttrain.telemetry.report_sched import render_scheduler
 from posttrain.telemetry.report_suites import COMPARE_FILE, Suite, load_suite, read_json
 from posttrain.verifiers.monitors import ALERTS_FILE, read_alerts
 
@@ -153,6 +155,7 @@ def render_report(run_dir: Path, stages: list[Stage], suites: list[Suite], evals
         f"comparison(s), {len(evals)} other eval file(s)</p>",
         render_headline(suites, alerts),
         render_curves(series),
+        render_scheduler(series),
         render_evals(suites, evals),
         "<h2>Stages</h2>" if stages else "",
         *[render_stage(s) for s in stages],

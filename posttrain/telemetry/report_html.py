@@ -25,6 +25,7 @@ td:first-child,th:first-child{text-align:left}tr:nth-child(even) td{background:#
 pre{background:#f7f7f7;padding:.8rem;overflow:auto;font-size:.85rem}
 .plots{display:flex;flex-wrap:wrap;gap:.5rem}.plots img{max-width:540px;width:100%;border:1px solid #eee}
 .alerts td{text-align:left}.note{color:#a60}.pos{color:#070}.neg{color:#b00}summary{cursor:pointer;font-weight:600}
+.scroll{max-height:32rem;overflow:auto;margin:.8rem 0}.scroll table{margin:0}.scroll th{position:sticky;top:0}
 .headline{font-size:1rem}.gates td:nth-child(-n+7),.gates th:nth-child(-n+7){text-align:left}.fail{color:#fff;background:#c00;padding:0 .4rem;font-weight:700}.pass{color:#070}
 """
 
