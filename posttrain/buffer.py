@@ -7,7 +7,7 @@ min_score < 1, lower-quality successes (min_score <= score < 1) are kept as well
 quality, and none by content either -- so add only fresh trajectories, never a replayed one again (it
 would be stored a second time under a new step).
 
-Replay by share of trajectories (`replay_plan`; placed by recipes/rl_groups.py). A step trains
+Replay by share of trajectories (`replay_plan`; placed by scheduler/core.py). A step trains
 on up to N = P x K trajectories (P = prompts_per_step groups of K = samples_per_prompt). With
 ratio rho in [0, 0.5], R = round(rho N) of them are stored successes, placed in replay groups: a
 past task with m <= M = floor(K/2) stored successes (distinct, of that task) + K - m fresh samples
@@ -252,7 +252,7 @@ class ReplayBuffer:
         }
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            _write_entries_atomic(path, payload)
+            write_checked_pickle(path, payload)
             summary = {"format": "posttrain-replay-buffer", "version": FORMAT_VERSION, "entries_file": ENTRIES_FILE}
             text = json.dumps({**summary, **self.state_summary()}, indent=1) + "\n"
             write_text_atomic(directory / SUMMARY_FILE, text)
@@ -265,7 +265,7 @@ class ReplayBuffer:
     def load(cls, directory: str | os.PathLike) -> "ReplayBuffer":
         """Read a buffer written by `save`: same entries in the same order, same counters, same sampling."""
         path = Path(directory) / ENTRIES_FILE
-        payload = _read_entries(path)
+        payload = read_checked_pickle(path)
         try:
             buf = cls(payload["capacity"], payload["per_domain_quota"], payload["min_score"])
             stats = payload["stats"]
@@ -304,7 +304,7 @@ class _HashingWriter:
         return self.f.write(data)
 
 
-def _write_entries_atomic(path: Path, payload: dict) -> None:
+def write_checked_pickle(path: Path, payload: dict) -> None:
     """MAGIC + pickle + 'sha256:<hex>', written atomically (temp file, fsync, os.replace)."""
     with atomic_file(path, "wb", fsync=True) as f:
         f.write(_MAGIC)
@@ -313,27 +313,28 @@ def _write_entries_atomic(path: Path, payload: dict) -> None:
         f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
 
 
-def _read_entries(path: Path) -> dict:
+def read_checked_pickle(path: Path, what: str = "replay buffer") -> dict:
+    """A payload written by `write_checked_pickle`, checked (header, checksum); `what` names it in errors."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise CheckpointError(f"replay buffer file {path} is missing") from None
+        raise CheckpointError(f"{what} file {path} is missing") from None
     except OSError as e:
-        raise CheckpointError(f"cannot read replay buffer file {path}: {_one_line(e)}") from None
+        raise CheckpointError(f"cannot read {what} file {path}: {_one_line(e)}") from None
     tail = len(_TRAILER) + _DIGEST_HEX
     if not data.startswith(_MAGIC):
-        raise CheckpointError(f"replay buffer file {path} is not a posttrain replay buffer (bad header)")
+        raise CheckpointError(f"{what} file {path} is not a posttrain {what} (bad header)")
     if len(data) < len(_MAGIC) + tail or not data[-tail:].startswith(_TRAILER):
-        raise CheckpointError(f"replay buffer file {path} is truncated (no checksum trailer)")
+        raise CheckpointError(f"{what} file {path} is truncated (no checksum trailer)")
     body = data[len(_MAGIC) : -tail]
     if hashlib.sha256(body).hexdigest().encode("ascii") != data[-_DIGEST_HEX:]:
-        raise CheckpointError(f"replay buffer file {path} is corrupt (checksum mismatch)")
+        raise CheckpointError(f"{what} file {path} is corrupt (checksum mismatch)")
     try:
         payload = pickle.loads(body)
     except Exception as e:  # the classes it names may have moved or changed
-        raise CheckpointError(f"replay buffer file {path} cannot be unpickled: {_one_line(e)}") from None
+        raise CheckpointError(f"{what} file {path} cannot be unpickled: {_one_line(e)}") from None
     if not isinstance(payload, dict):
-        raise CheckpointError(f"replay buffer file {path} is malformed: payload is {type(payload).__name__}, not dict")
+        raise CheckpointError(f"{what} file {path} is malformed: payload is {type(payload).__name__}, not dict")
     return payload
 
 

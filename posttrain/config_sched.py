@@ -1,8 +1,9 @@
 """Configuration of the RL scheduler (posttrain/scheduler/) and of per-domain curricula.
 
     scheduler:
-      over_provision: 1.5        # groups started per group the step needs (the tail is not waited for)
-      close: enough              # enough: close when prompts_per_step groups with signal are done | all
+      over_provision: 1.5        # groups started per group the step needs
+      close: enough              # close when prompts_per_step groups with signal are done, carry the
+                                 # tail over (default all: wait for every group; bit-exact reruns)
       max_staleness: 1           # carried-over episodes older than this many versions are re-queued
       value: {floor: 0.1, ...}   # sampling by expected GRPO signal, an exploration floor per domain
       lanes: {fast_tokens: 256, long_share: 0.25}
@@ -75,8 +76,11 @@ class BreakerConfig(_Strict):
 
 
 class SchedulerConfig(_Strict):
-    over_provision: float = Field(1.25, ge=1)  # groups started per group needed
-    close: Literal["enough", "all"] = "enough"  # all: wait for every started group (no tail cut)
+    over_provision: float = Field(1.0, ge=1)  # groups started per group needed (first round)
+    # all: a step waits for every group it started (a rerun or a resumed run repeats it bit for bit);
+    # enough: it closes once prompts_per_step groups with signal are done and carries the tail over
+    # (throughput first: which groups finish first depends on timing, so runs are not bit-reproducible)
+    close: Literal["enough", "all"] = "all"
     max_staleness: int = Field(1, ge=0)  # carried-over episodes at most this many versions old; else re-queued
     max_groups_factor: float = Field(4.0, ge=1)  # groups started per step at most this x prompts_per_step
     episode_seconds: float | None = Field(None, gt=0)  # wall time per episode (None: the task's own limit)

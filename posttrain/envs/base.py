@@ -20,6 +20,8 @@ bad tool call is neither: it becomes an error observation with its kind (ToolErr
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
@@ -109,9 +111,23 @@ class Resources:
                 self._sandbox = self.sandbox_factory()
         return self._sandbox
 
+    busy_seconds: float = 0.0  # worker-seconds of blocking env work so far (the scheduler's sandbox_busy)
+
+    @property
+    def workers(self) -> int:
+        """Threads of the loop's default executor (asyncio's default size)."""
+        return min(32, (os.cpu_count() or 1) + 4)
+
     async def run_blocking(self, fn: Callable, *args):
         """fn(*args) in a worker thread, so episodes waiting on tools never block the loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        def timed():
+            started = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.busy_seconds += time.perf_counter() - started
+
+        return await asyncio.get_running_loop().run_in_executor(None, timed)
 
 
 EnvFactory = Callable[[Resources], Env]

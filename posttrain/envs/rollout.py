@@ -11,7 +11,8 @@ with exactly the request a plain batch would send (seed seeds[i] + j, max_tokens
 task's `limits.max_new_tokens`).
 
 An episode whose infrastructure fails (`InfraError`) is retried `infra_retries` times with a
-fresh environment, then kept as an empty trajectory with stop reason "infra_error" (no tokens,
+fresh environment (waiting `retry_backoff_s`, doubled each time, before each retry; a model's
+failure is never retried), then kept as an empty trajectory with stop reason "infra_error" (no tokens,
 no score: the group leaves it out, the step counts it). An environment that raises anything else
 ends its episode as "env_error". Before any multi-turn episode the model's chat template is
 checked once (envs/template.py `check_template`).
@@ -53,13 +54,16 @@ def chat_format(tokenizer, tasks: Sequence[Task], parser: str = "auto", template
 
 async def run_episodes(client: AsyncEngine, fmt: ChatFormat, jobs: Sequence[tuple[Task, SamplingParams]], *,
                        version: int, resources: Resources, sampler_weights: str = "exact",
-                       max_concurrent: int = 256, infra_retries: int = 2) -> list[Trajectory]:
+                       max_concurrent: int = 256, infra_retries: int = 2,
+                       retry_backoff_s: float = 0.0) -> list[Trajectory]:
     gate = asyncio.Semaphore(max(1, max_concurrent))
 
     async def one(task: Task, request: SamplingParams) -> Trajectory:
         async with gate:
             why = ""
-            for _ in range(infra_retries + 1):
+            for attempt in range(infra_retries + 1):
+                if attempt and retry_backoff_s:  # an infrastructure fault: wait before trying again
+                    await asyncio.sleep(retry_backoff_s * 2 ** (attempt - 1))
                 env = make_env(task.env, resources)
                 try:
                     return await run_episode(client, fmt, env, task, request, version=version,

@@ -5,10 +5,12 @@
 
 One step:
   1. temperature from the schedule (linear / cosine / constant over epochs);
-  2. rollout + verify (recipes/rl_groups.py): fresh tasks from the domain mixture and replay
+  2. rollout + verify (posttrain/scheduler/: the step's work items): fresh tasks drawn from the
+     domain mixture by weight x expected signal (quotas, breakers, curriculum levels) and replay
      groups of stored successes (`buffer.replay_ratio` of the trajectories; buffer.py says
-     why and how), `samples_per_prompt` completions each from the engine, verified, rewards
-     shaped, zero-signal groups dropped and backfilled (dynamic sampling) -> `types.Group`s;
+     why and how), `samples_per_prompt` episodes each over the engine in lanes, verified,
+     rewards shaped, zero-signal groups dropped and backfilled (dynamic sampling), the tail
+     carried over with `scheduler.close: enough` -> `types.Group`s;
   3-5. `train_step` (train/step.py) on those groups: the reference's logprobs (only when
      kl_coef > 0: no reference model is loaded otherwise), the trainer's own when
      `recompute_old_logprobs`, advantages by the configured estimator, then PPO-clip
@@ -20,8 +22,10 @@ One step:
      rollout log, disagreement, reward-hacking alerts), held-out greedy pass@1 per domain every
      `eval_every` steps, and a checkpoint every `save_every` steps holding policy,
      optimizer, scheduler, replay buffer, mixture cursors, RNG states and the reference
-     model's identity. Nothing else carries state across steps (sampling seeds derive
-     from (seed, step, attempt)), so a resumed run repeats an uninterrupted one exactly.
+     model's identity and the scheduler (pass rates, costs, breakers, levels, the re-queued
+     items). Nothing else carries state across steps (sampling seeds derive from (seed, item
+     serial), draws from (seed, step, attempt)), so with `scheduler.close: all` (the default) a
+     resumed run repeats an uninterrupted one exactly.
 
 Simplifications, said plainly: single-turn tasks only (multi-turn environments plug in
 at `envs/`); the trainer and the engine live in one process and share nothing but the
@@ -45,9 +49,10 @@ from posttrain.eval.in_loop import SuiteEvals
 from posttrain.eval.suite import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import domain_metrics
-from posttrain.recipes.rl_groups import StepContext, collect_groups, replay_metrics
 from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, step_metrics, warn
 from posttrain.rollout.engine import ENGINES
+from posttrain.scheduler.core import Scheduler, make_curricula
+from posttrain.scheduler.groups import StepContext, replay_metrics
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
@@ -124,6 +129,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         engine.update_weights(engine_state_dict(policy), step)
         console.print(f"resuming from {ckpt} (step {step})")
     ctx = StepContext(cfg, engine, tokenizer, mixture, buffer, stop_ids=tuple(stop_ids(tokenizer)), version=step)
+    sched = Scheduler(ctx, make_curricula(cfg.tasks, mixture))
+    if resume and ckpt is not None:
+        sched.load(ckpt / "scheduler")
     logger = MetricsLogger(out_dir, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"),
                            resume_from_step=step)
@@ -135,7 +143,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                         state={"mixture": mixture.state_dict(), "bad_streak": bad.streak, "reference": ref_id,
                                "audit": auditor.state_dict(), "suites": suites.state_dict()},
                         config=cfg, keep_last=t.keep_last,
-                        extra={"replay": buffer.save} if buffer is not None else None)
+                        extra={"scheduler": sched.save, **({"replay": buffer.save} if buffer is not None else {})})
 
     def held_out_eval(timer: PhaseTimer) -> dict:
         with timer("eval"):
@@ -151,7 +159,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
 
     # 4. the loop: each phase timed as time/<phase>
     cap = TimeCap(t.max_seconds)
-    with logger, progress_bar(t.steps - step, f"rl {step}->{t.steps}", enabled=cfg.logging.progress) as bar:
+    with logger, sched, progress_bar(t.steps - step, f"rl {step}->{t.steps}", enabled=cfg.logging.progress) as bar:
         if step == 0:
             timer = PhaseTimer()
             first = held_out_eval(timer)
@@ -164,7 +172,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                                              start=schedule.start, end=schedule.end, schedule=schedule.schedule)
                 ctx.verifier_errors.clear()
                 threads.for_phase("rollout", index)
-                batch = collect_groups(ctx, step, temperature)  # rollout + verify, timed inside
+                batch = sched.run_step(step, temperature)  # rollout + verify, timed inside
                 threads.for_phase("update", index)
                 trained = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
                                      pad_id=tokenizer.pad_token_id, device=device)
@@ -190,7 +198,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             metrics.update(threads.record(index, metrics))
             if ctx.verifier_errors:
                 warn(step, [f"{len(ctx.verifier_errors)} verifier errors, e.g. {ctx.verifier_errors[0]}"])
-            warn(step, warnings + alerts + [f"gate {r['name']} failed at step {step}" for r in verdict.failed])
+            warn(step, sched.events + warnings + alerts + [f"gate {r['name']} failed at step {step}" for r in verdict.failed])
             logger.log(step, metrics)
             bar.update(1, reward=metrics.get("reward", float("nan")), pass_rate=metrics.get("pass_rate", 0.0),
                        T=temperature)

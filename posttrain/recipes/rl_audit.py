@@ -18,7 +18,7 @@ from typing import Any
 
 from posttrain.config import RLConfig
 from posttrain.fsio import atomic_file
-from posttrain.recipes.rl_groups import violations
+from posttrain.scheduler.groups import violations
 from posttrain.types import Group
 from posttrain.verifiers.ensemble import DisagreementTracker
 from posttrain.verifiers.monitors import RewardHackingMonitor, note_resume, write_alerts
