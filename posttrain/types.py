@@ -25,6 +25,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings (checked on the decoded completion)
     seed: int | None = None  # same seed + same weights -> same completion, whatever else is in the batch
+    # scheduling only (higher = more urgent; the paged engine admits and keeps higher priorities first):
+    # never changes a completion, so it is left out of == and hash (params differing only here sample alike)
+    priority: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
@@ -41,6 +44,8 @@ class SamplingParams:
             raise ValueError("SamplingParams.stop and stop_token_ids are tuples, not a single value")
         if any(not s for s in self.stop):
             raise ValueError("SamplingParams.stop holds an empty stop string")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"SamplingParams.priority must be an int (higher = more urgent), got {self.priority!r}")
 
     @property
     def logprob_temperature(self) -> float:

@@ -2,7 +2,12 @@
 
     async with AsyncEngine(engine) as client:
         c = await client.generate(prompt_ids, SamplingParams(max_tokens=64, seed=1))   # a Completion
-        client.idle_fraction()                                                            # engine idle share
+        c, version = await client.generate_versioned(prompt_ids, params)                # + the weights' version
+        await client.suspend()                       # the weight sync between two RL steps:
+        engine.update_weights(state, version + 1)    #   episodes stay alive on the loop meanwhile
+        client.resume()
+        client.busy_seconds, client.wall_seconds()   # differences over any interval: the busy fraction
+        client.requeued_turns, client.idle_fraction()
 
 The client owns one `EngineRunner` (rollout/server.py, the server's engine thread): a
 `SteppingEngine` (the paged engine) takes each request as it arrives and is stepped while any is
@@ -13,10 +18,28 @@ in the engine. The same seed gives the same completion whatever else is in fligh
 contract), so episodes stay reproducible; the requests made in one event-loop tick (a rollout's
 first turns) reach the engine as one batch, so its first steps, and the float rounding of their
 logprobs, do not depend on thread timing. Later turns join whenever their tools finish: their
-tokens are the same on a rerun, their logprobs equal up to float rounding.
+tokens are the same on a rerun, their logprobs equal up to float rounding. `SamplingParams.priority`
+orders admission in the paged engine and never changes a completion.
 
-The engine belongs to the runner's thread while the client is open: weights are updated
-between rollouts (after `close`), never during one.
+Suspend / resume. `await client.suspend()` (from a coroutine on the client's loop) holds every
+request not yet in the engine, aborts every request in flight in a stepping engine (a plain
+engine's batch in progress is waited for and completes as usual) and returns once the engine
+thread is idle. A `generate` whose request was aborted this way does not raise: it waits, and
+after `client.resume()` submits the same prompt and params again and returns that completion,
+computed from scratch under the weights of that moment (its partial tokens are discarded;
+`requeued_turns` counts these resubmissions). Requests made while suspended wait too. A
+cancelled `generate` still aborts its request, suspended or not.
+
+Who may touch the engine, when:
+- client open, not suspended: only the runner's engine thread. Other threads must not call it;
+  `client.runner.call(fn)` runs fn(engine) on that thread between two steps;
+- from `await client.suspend()` returning until `client.resume()`: the engine thread waits (it
+  runs only `runner.call`s), so one thread at a time may call the engine directly, e.g.
+  `engine.update_weights(state, version)` on the loop or via `asyncio.to_thread`; do not mix
+  that with `runner.call`s still in flight;
+- after `close()`: the caller's.
+`generate_versioned` returns the engine's `version` read on the engine thread when the
+completion finished: the weights that sampled every one of its tokens.
 """
 
 from __future__ import annotations
@@ -28,25 +51,58 @@ from typing import Sequence
 from posttrain.rollout.engine import Completion, Engine, SamplingParams, StepOutput
 from posttrain.rollout.server import EngineRunner
 
+_REQUEUE = object()  # what an attempt's future holds when suspend() aborted its request
+
 
 class AsyncEngine:
     def __init__(self, engine: Engine, *, batch_window_s: float = 0.002):
         self.engine = engine
         self.runner = EngineRunner(engine, batch_window_s=batch_window_s)
-        self.requests = 0
+        self.requests = 0  # generate calls
+        self.requeued_turns = 0  # requests aborted by suspend() and submitted again
         self._pending: list[tuple] = []  # requests of this loop tick, handed over together (_flush)
+        self._live: dict = {}  # runner request -> its attempt's future, while in the runner's hands
+        self._suspension: asyncio.Future | None = None
 
     @property
     def version(self) -> int:
         return int(getattr(self.engine, "version", 0))
 
+    @property
+    def suspended(self) -> bool:
+        """True from `suspend()` being called until `resume()`."""
+        return self._suspension is not None
+
+    @property
+    def busy_seconds(self) -> float:
+        """Engine-thread seconds spent inside engine.step / generate since the client opened
+        (updated when each step or batch ends)."""
+        return self.runner.busy_seconds
+
+    def wall_seconds(self) -> float:
+        """Seconds since the client opened (the clock `busy_seconds` is measured against)."""
+        return time.perf_counter() - self.runner.started
+
     async def generate(self, prompt: Sequence[int], params: SamplingParams) -> Completion:
+        return (await self.generate_versioned(prompt, params))[0]
+
+    async def generate_versioned(self, prompt: Sequence[int], params: SamplingParams) -> tuple[Completion, int]:
+        """The completion and the version of the weights that sampled it."""
+        self.requests += 1
+        prompt = list(prompt)
+        while True:
+            result = await self._attempt(prompt, params)
+            if result is not _REQUEUE:
+                return result
+            self.requeued_turns += 1
+
+    async def _attempt(self, prompt: list[int], params: SamplingParams):
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         ids: list[int] = []
         logprobs: list[float] = []
 
-        def finish(result: Completion | BaseException) -> None:  # on the loop
+        def finish(result) -> None:  # on the loop
             if done.done():
                 return
             if isinstance(result, BaseException):
@@ -58,23 +114,22 @@ class AsyncEngine:
             # tokens gather here; the loop is woken once per request, not once per token (a wake-up
             # per token keeps the loop thread fighting the engine thread for the GIL)
             if isinstance(ev, BaseException):
-                result: Completion | BaseException = ev
+                result: tuple | BaseException = ev
             else:
                 ids.extend(ev.token_ids)
                 logprobs.extend(ev.logprobs)
                 if not ev.finished:
                     return
-                result = Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop")
+                result = (Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop"), self.version)
             try:
                 loop.call_soon_threadsafe(finish, result)
             except RuntimeError:  # the loop has closed: nobody is waiting
                 pass
 
-        self.requests += 1
         slot: list = []
         if not self._pending:
             loop.call_soon(self._flush)
-        self._pending.append((list(prompt), params, sink, slot))
+        self._pending.append((prompt, params, sink, slot, done))
         try:
             return await done
         except asyncio.CancelledError:
@@ -83,6 +138,9 @@ class AsyncEngine:
             else:  # not handed to the engine yet
                 self._pending = [p for p in self._pending if p[3] is not slot]
             raise
+        finally:
+            if slot:
+                self._live.pop(slot[0], None)
 
     def _flush(self) -> None:
         """Hand every request of this loop tick to the engine as one batch: the episodes that start
@@ -90,13 +148,35 @@ class AsyncEngine:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        for (*_, slot), req in zip(pending, self.runner.submit_many([p[:3] for p in pending])):
+        for (*_, slot, done), req in zip(pending, self.runner.submit_many([p[:3] for p in pending])):
             slot.append(req)
+            self._live[req] = done
+
+    async def suspend(self) -> None:
+        """Stop the engine for a weight sync (module docstring); returns once its thread is idle.
+        Calling it again while suspended waits for the same suspension."""
+        if self._suspension is None:
+            self._suspension = asyncio.ensure_future(self._suspend())
+        await asyncio.shield(self._suspension)
+
+    async def _suspend(self) -> None:
+        aborted = await asyncio.wrap_future(self.runner.suspend())
+        for req in aborted:
+            done = self._live.pop(req, None)
+            if done is not None and not done.done():
+                done.set_result(_REQUEUE)
+
+    def resume(self) -> None:
+        """Let the engine run again: held and requeued requests are handed over first. A no-op
+        when not suspended."""
+        if self._suspension is not None:
+            self._suspension = None
+            self.runner.resume()
 
     def idle_fraction(self) -> float:
         """The share of wall time since the client opened that the engine was not computing."""
-        wall = time.perf_counter() - self.runner.started
-        return max(0.0, 1.0 - self.runner.busy_seconds / wall) if wall > 0 else 0.0
+        wall = self.wall_seconds()
+        return max(0.0, 1.0 - self.busy_seconds / wall) if wall > 0 else 0.0
 
     def close(self) -> None:
         self.runner.close()

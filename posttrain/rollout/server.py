@@ -53,7 +53,16 @@ class _Request:
 
 
 class EngineRunner:
-    """The one thread that calls the engine. `submit` and `cancel` are safe from any thread."""
+    """The one thread that calls the engine. `submit`, `cancel`, `call`, `suspend` and `resume` are
+    safe from any thread.
+
+    `suspend()` stops the engine between two steps (or batches) for a weight sync: every request in
+    flight in a stepping engine is aborted (no further event reaches its sink), requests submitted
+    from then on are held until `resume()`. Its future resolves to the aborted requests once the
+    engine has nothing unfinished and the thread is waiting; from then until `resume()` the thread
+    touches the engine only to run `call`s, so any one other thread may use the engine meanwhile
+    (e.g. `update_weights`). A plain `Engine`'s batch in progress finishes first (its requests
+    complete as usual); its queued requests are held, none aborted."""
 
     def __init__(self, engine: Engine, *, batch_window_s: float = 0.005):
         self.engine = engine
@@ -82,10 +91,20 @@ class EngineRunner:
         self._inbox.put(("abort", req))
 
     def call(self, fn: Callable[[Engine], Any]) -> Future:
-        """Run fn(engine) on the engine thread between steps / batches."""
+        """Run fn(engine) on the engine thread between steps / batches (suspended or not)."""
         fut: Future = Future()
         self._inbox.put(("call", (fn, fut)))
         return fut
+
+    def suspend(self) -> Future:
+        """Future of the list of `_Request`s aborted (see the class docstring); [] if already suspended."""
+        fut: Future = Future()
+        self._inbox.put(("suspend", fut))
+        return fut
+
+    def resume(self) -> None:
+        """Let the engine run again: the held requests are taken first, in the order they came."""
+        self._inbox.put(("resume", None))
 
     def close(self) -> None:
         self._inbox.put(("stop", None))
@@ -107,13 +126,55 @@ class EngineRunner:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             fut.set_exception(exc)
 
+    def _suspended(self, items: list, held: list) -> list | None:
+        """The thread while suspended: runs calls, holds adds, until "resume" (returns the items to
+        take next: the held ones, then what followed the resume) or "stop" (returns None)."""
+        while True:
+            kind, item = items.pop(0) if items else self._inbox.get()
+            if kind == "stop":
+                return None
+            if kind == "resume":
+                return held + items
+            if kind == "call":
+                self._do_call(item)
+            elif kind == "suspend":
+                item.set_result([])
+            elif kind in ("add", "add_many"):
+                held.append((kind, item))
+            # "abort": the request is a held one (nothing is live): its cancelled flag drops it later
+
+    def _timed_step(self, eng: Any) -> list[StepOutput]:
+        t0 = time.perf_counter()
+        try:
+            return eng.step()
+        finally:
+            self.busy_seconds += time.perf_counter() - t0
+
     def _run_stepping(self) -> None:
         eng: Any = self.engine
         live: dict[int, _Request] = {}
+        carry: list = []
         while True:
-            for kind, item in self._drain([] if eng.has_unfinished() else [self._inbox.get()]):
+            items, carry = self._drain(carry or ([] if eng.has_unfinished() else [self._inbox.get()])), []
+            for n, (kind, item) in enumerate(items):
                 if kind == "stop":
                     return
+                if kind == "suspend":
+                    aborted = list(live.values())
+                    live.clear()
+                    for req in aborted:
+                        eng.abort(req.engine_id)
+                    try:
+                        while eng.has_unfinished():  # reports the aborts; nothing reaches a sink
+                            self._timed_step(eng)
+                    except Exception:  # noqa: BLE001 - the engine is idle either way
+                        log.exception("engine step failed while suspending")
+                    item.set_result(aborted)
+                    resumed = self._suspended(items[n + 1:], [])
+                    if resumed is None:
+                        return
+                    carry = resumed
+                    break
                 if kind == "call":
                     self._do_call(item)
                 elif kind in ("add", "add_many"):
@@ -127,11 +188,10 @@ class EngineRunner:
                             req.sink(exc)
                 elif kind == "abort" and item.engine_id is not None and live.pop(item.engine_id, None) is not None:
                     eng.abort(item.engine_id)
-            if not eng.has_unfinished():
+            if carry or not eng.has_unfinished():
                 continue
-            t0 = time.perf_counter()
             try:
-                outputs = eng.step()
+                outputs = self._timed_step(eng)
             except Exception as exc:  # noqa: BLE001 - fail what is in flight, keep serving
                 log.exception("engine step failed")
                 for rid, req in list(live.items()):
@@ -139,8 +199,6 @@ class EngineRunner:
                     eng.abort(rid)
                 live.clear()
                 continue
-            finally:
-                self.busy_seconds += time.perf_counter() - t0
             for out in outputs:
                 req = live.get(out.request_id)
                 if req is None:
@@ -150,8 +208,9 @@ class EngineRunner:
                 req.sink(out)
 
     def _run_batching(self) -> None:
+        carry: list = []
         while True:
-            items = [self._inbox.get()]
+            items, carry = carry or [self._inbox.get()], []
             deadline = time.monotonic() + self.batch_window_s
             while (left := deadline - time.monotonic()) > 0:
                 try:
@@ -159,9 +218,17 @@ class EngineRunner:
                 except queue.Empty:
                     break
             batch = []
-            for kind, item in self._drain(items):  # and whatever else is already waiting
+            items = self._drain(items)  # and whatever else is already waiting
+            for n, (kind, item) in enumerate(items):
                 if kind == "stop":
                     return
+                if kind == "suspend":  # the last batch has finished: nothing is in flight
+                    item.set_result([])
+                    resumed = self._suspended(items[n + 1:], [("add_many", batch)])
+                    if resumed is None:
+                        return
+                    carry, batch = resumed, []
+                    break
                 if kind == "call":
                     self._do_call(item)
                 elif kind == "add":

@@ -1,15 +1,22 @@
 """Which sequences run in the next step, and how many tokens each feeds (pure Python, no tensors).
 
 A `Sequence` is one request: its tokens (prompt + sampled so far), how many of them have K/V
-in the cache (`num_computed`), its block table, and its sampling state. Each `schedule()`:
+in the cache (`num_computed`), its block table, and its sampling state. Both queues are kept in
+priority order (`SamplingParams.priority`, higher first): `waiting` FIFO within a priority, a
+preempted sequence at the front of its priority; `running` in admission order within a
+priority. Each `schedule()`:
 
-1. running sequences in arrival order each get their next tokens -- 1 for a decode (plus any
+1. running sequences in that order each get their next tokens -- 1 for a decode (plus any
    speculative drafts), a chunk of the rest of the prompt for one still prefilling -- within
    the step's token budget (`max_num_batched_tokens`: chunked prefill). A sequence that needs
-   a new block when none is free preempts the most recently admitted running sequence (its
-   blocks are freed; it goes back to the front of the queue and is recomputed later from its
-   prompt and the tokens it had sampled, which it keeps);
-2. waiting sequences are admitted in order while budget, `max_num_seqs` and free blocks allow.
+   a new block when none is free preempts the last running sequence: the lowest priority, the
+   most recently admitted among equals, never one of higher priority than itself (when it is
+   the last, it preempts itself). The victim's blocks are freed; it goes back to the front of
+   its priority in the queue and is recomputed later from its prompt and the tokens it had
+   sampled, which it keeps;
+2. waiting sequences are admitted highest priority first while budget, `max_num_seqs` and free
+   blocks allow (a head that does not fit blocks the ones behind it). Priority decides only
+   when a sequence runs, never what it samples.
    On admission a sequence first looks its blocks up by content (prefix sharing): every full
    block of its tokens already in the cache, then the partially filled last block of an
    identical prompt, is shared (reference counted) instead of computed. When every token is
@@ -24,7 +31,7 @@ prompt's partial last block when its prefill completes.
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,6 +48,7 @@ class Sequence:
 
     def __init__(self, request_id: int, prompt: list[int], params: SamplingParams, seed: int, arrival: int):
         self.request_id, self.params, self.arrival = request_id, params, arrival
+        self.priority = params.priority  # higher runs first (scheduling only)
         self.tokens = list(prompt)
         self.num_prompt_tokens = len(prompt)
         self.logprobs: list[float] = []
@@ -113,14 +121,15 @@ class Scheduler:
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.prefix_sharing = prefix_sharing
         self.max_model_len = max_model_len if max_model_len is not None else (allocator.num_blocks - 1) * self.block_size
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.waiting: list[Sequence] = []  # priority order, FIFO within one (a preempted one first)
+        self.running: list[Sequence] = []  # priority order, admission order within one
         self.num_preemptions = 0
         self.num_prompt_tokens = 0  # prompt tokens of every admitted request
         self.num_cached_prompt_tokens = 0  # of those, found in the prefix cache (prefill saved)
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        """Queue a new sequence behind every waiting one of its priority or higher."""
+        _insert(self.waiting, seq, front=False)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -185,8 +194,8 @@ class Scheduler:
             if not self._reserve(seq, n if write else 0, out.copies):
                 self._free(seq)  # gives back the blocks it found shared; it stays first in the queue
                 break
-            self.waiting.popleft()
-            self.running.append(seq)
+            self.waiting.pop(0)
+            _insert(self.running, seq, front=False)
             seq.admitted = True
             out.scheduled.append(self._plan(seq, n, [], write))
             budget -= n
@@ -256,10 +265,17 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self._free(seq)
-        self.waiting.appendleft(seq)
+        _insert(self.waiting, seq, front=True)
         self.num_preemptions += 1
 
     def _free(self, seq: Sequence) -> None:
         self.allocator.release_all(seq.block_table)
         seq.block_table, seq.block_hashes = [], []
         seq.num_computed, seq.prefill_done = 0, False
+
+
+def _insert(queue: list[Sequence], seq: Sequence, front: bool) -> None:
+    """Put seq into a queue kept in descending priority: before (front) or after every sequence
+    of its own priority."""
+    find = bisect_left if front else bisect_right
+    queue.insert(find(queue, -seq.priority, key=lambda s: -s.priority), seq)
