@@ -131,7 +131,9 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     ctx = StepContext(cfg, engine, tokenizer, mixture, buffer, stop_ids=tuple(stop_ids(tokenizer)), version=step)
     sched = Scheduler(ctx, make_curricula(cfg.tasks, mixture))
     if resume and ckpt is not None:
-        sched.load(ckpt / "scheduler")
+        sched.load(ckpt / "scheduler", step)
+    elif sched.items_log.exists():
+        sched.items_log.unlink()  # a fresh run in a used out_dir
     logger = MetricsLogger(out_dir, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"),
                            resume_from_step=step)

@@ -65,6 +65,7 @@ from posttrain.scheduler.utilisation import Utilisation
 from posttrain.types import Group, Task, Trajectory
 from posttrain.verifiers import run_verifiers_many
 
+ITEMS_LOG = "scheduler_items.jsonl"  # in the run dir: per step, the serials trained, dropped, re-queued, carried
 STATE_FILE = "state.json"
 PENDING_FILE = "pending.pkl"
 
@@ -133,6 +134,10 @@ class Scheduler:
         self.gate = LaneGate(cfg.rollout.max_concurrent_episodes, s.lanes.long_share)
         self.pool = ThreadPoolExecutor(cfg.reward.verify_workers or 4, thread_name_prefix="posttrain-verify")
         self.util = Utilisation()
+        self.items_log = Path(cfg.out_dir) / ITEMS_LOG
+        self.items_log.parent.mkdir(parents=True, exist_ok=True)
+        self._step_serials = {"trained": [], "dropped": [], "requeued": []}
+        self._logged_step = -1
         self._formats: dict = {}
         self._suspended = False
         self._done = 0  # rollouts finished so far (their order)
@@ -152,6 +157,7 @@ class Scheduler:
             self.client.resume()
             self._suspended = False
         self._step_counts = Counter()
+        self._step_serials = {"trained": [], "dropped": [], "requeued": []}
         self.events = []
         self.breakers.begin_step(step)
         self.util.begin(self.client, self.resources)
@@ -351,6 +357,7 @@ class Scheduler:
             if not item.stored:
                 self.pending.appendleft((item.serial, item.task))
                 self._step_counts["requeued"] += 1
+                self._step_serials["requeued"].append(item.serial)
             self.ledger["requeued"] += 1
             self._step_counts["cancelled"] += 1
             self._step_counts[f"cancelled/{why}"] += 1
@@ -375,6 +382,8 @@ class Scheduler:
             generated.append(item.group)
             failed += item.failed
             self.ledger["trained" if id(item) in taken else "dropped"] += 1
+            self._step_serials["trained" if id(item) in taken else "dropped"].append(item.serial)
+        self._log_items(step)
         add_to_buffer(ctx, generated, step, self._per_group_of())
         for g in generated:
             fresh = [r for r in g.raw[g.replayed:] if r is not None]
@@ -407,6 +416,17 @@ class Scheduler:
         self.events += self.breakers.end_step()
         return StepBatch(groups, generated, out)
 
+    def _log_items(self, step: int, **extra) -> None:
+        import json
+
+        self._logged_step = step
+        row = {"step": step + 1, **extra, **{k: sorted(v) for k, v in self._step_serials.items()},
+               "carried": sorted(i.serial for i in self.carried), "ready": sorted(i.serial for i in self.ready),
+               "pending": [serial for serial, _ in self.pending], "serial": self.serial}
+        with open(self.items_log, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        self._step_serials = {"trained": [], "dropped": [], "requeued": []}
+
     def _per_group_of(self) -> int:
         cfg = self.ctx.cfg
         on = self.ctx.buffer is not None and cfg.buffer.replay_ratio > 0
@@ -424,6 +444,7 @@ class Scheduler:
                 self._suspended = False
             self.loop.run_until_complete(self._cancel(self.carried + self.ready, "checkpoint"))
             self.carried, self.ready = [], []
+            self._log_items(self._logged_step, drained=True)
 
     def state_dict(self) -> dict[str, Any]:
         return {"serial": self.serial, "rates": self.rates.state_dict(), "costs": self.costs.state_dict(),
@@ -439,8 +460,14 @@ class Scheduler:
         write_checked_pickle(directory / PENDING_FILE, {"pending": list(self.pending)})
         write_text_atomic(directory / STATE_FILE, json.dumps(self.state_dict(), indent=1) + "\n")
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, step: int) -> None:
+        """Restore the state saved at `step`; the items log keeps only the rows up to it."""
         import json
+
+        if self.items_log.exists():  # rows a killed process wrote after its last checkpoint
+            rows = [line for line in self.items_log.read_text().splitlines() if line.strip()]
+            keep = [r for r in rows if json.loads(r)["step"] <= step]
+            write_text_atomic(self.items_log, "".join(r + "\n" for r in keep))
 
         if not (directory / STATE_FILE).exists():  # a checkpoint from before the scheduler: fresh state
             return
