@@ -20,7 +20,8 @@ evaluates on the test split (tasks/mixture.py `GeneratedSource`).
 
 Levels. `level` is an int in 1..levels or a list of them (seed s gets `level[s % len(level)]`);
 the scheduler's curriculum moves it. Every task records `metadata["level"]` and `metadata["seed"]`,
-and its id is `NAME/L{level}/{seed}`.
+and its id is `NAME/L{level}/{seed}` (a generator may add a suffix naming a part of that task, as
+cad's `unit: step` sub-units do: `cad/L4/123/s2`).
 
 Oracle. `oracle_turns(task)` is a scripted episode: turns of tool calls, the last one's `content`
 the final answer (or a call the env ends the episode on). `posttrain tasks validate --source NAME`

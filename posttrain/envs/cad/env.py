@@ -18,6 +18,11 @@ confirmed in order, and only against a render of the current script. A turn with
 score never trusts the episode's numbers: it renders the final script again in a fresh sandbox
 work dir and measures it; the reward is the share of the final step's checks that pass (1.0 only
 when all do), details {"checks": {name: bool}, "measured": {...}, "confirmed", "steps", "error"?}.
+
+A sub-unit (reference["step"] = k, tasks/cad.py option unit: step) starts with part.scad holding
+the gold script of steps 1..k-1 (not yet rendered) and those steps confirmed; confirm_step(k)
+ends its work, and score runs step k's checks (the part after step k, earlier steps' probes
+included; the final checks when k is the last step), details + {"unit": "step", "step": k}.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from posttrain.envs.cad.checks import Check, expect, failures, run_checks
 from posttrain.envs.cad.inspect import Measurement, measure_stl
 from posttrain.envs.cad.levels import FAMILIES, build
 from posttrain.envs.cad.render import RenderOutcome, refusal, render
-from posttrain.envs.cad.spec import Part, num
+from posttrain.envs.cad.spec import Part, num, script
 from posttrain.sandbox.isolation import BwrapIsolation
 from posttrain.types import Message, Score, Task
 
@@ -71,6 +76,16 @@ def part_of(task: Task) -> Part:
     return build(ref["level"], dict(ref["params"]), ref["fn"])
 
 
+def target_step(task: Task, part: Part) -> int | None:
+    """A sub-unit's step k (reference["step"]), None for a whole part."""
+    if not isinstance(task.reference, Mapping) or "step" not in task.reference:
+        return None
+    k = task.reference["step"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(part.steps):
+        raise ValueError(f"cad task {task.id}: reference step must be an integer in 1..{len(part.steps)}, got {k!r}")
+    return k
+
+
 def render_timeout(task: Task) -> float:
     """OpenSCAD's wall clock: most of the call's timeout (the rest is for reading the mesh)."""
     return max(1.0, 0.8 * task.limits.tool_timeout)
@@ -106,10 +121,17 @@ class CadEnv:
         self._measured: Measurement | None = None
         self._confirmed = 0
         self._renders = 0
+        self._last = 0  # the last step this episode covers (k of a sub-unit, else the part's last)
+        self._unit: int | None = None  # a sub-unit's step
 
     async def reset(self, task: Task) -> list[Message]:
         self._task, self._part = task, part_of(task)
         self._script, self._rendered, self._measured, self._confirmed, self._renders = "", None, None, 0, 0
+        self._unit = target_step(task, self._part)
+        self._last = self._unit or len(self._part.steps)
+        if self._unit is not None:  # steps before k are given: their gold script, confirmed, not yet rendered
+            self._confirmed = self._unit - 1
+            self._script = script(self._part, self._confirmed) if self._confirmed else ""
         return [{"role": "system", "content": SYSTEM_PROMPT}, *task.prompt]
 
     async def step(self, action: Action) -> StepResult:
@@ -201,15 +223,18 @@ class CadEnv:
     async def _confirm(self, k: int) -> Observation:
         part = self._part
         assert part is not None
-        total, nxt = len(part.steps), self._confirmed + 1
+        total, nxt, last = len(part.steps), self._confirmed + 1, self._last
 
         def fail(message: str) -> Observation:
             return error_observation("tool_failed", f"confirm_step: {message}", name="confirm_step")
 
-        if self._confirmed == total:
-            return fail(f"all {total} steps are already confirmed; reply without a tool call to finish")
+        if self._confirmed == last:
+            return fail(f"step {last} is confirmed and this task covers step {last} only; reply without a tool "
+                        "call to finish" if last < total else
+                        f"all {total} steps are already confirmed; reply without a tool call to finish")
         if k != nxt:
             return fail(f"step {k} is already confirmed; the next is step {nxt}" if 1 <= k < nxt else
+                        f"this task covers step {nxt} of {total} only: confirm step {nxt}" if self._unit else
                         f"steps are confirmed in order: confirm step {nxt} (of {total}) next")
         if self._measured is None or self._rendered != self._script:
             return fail("render the current part.scad first" if self._measured is not None else
@@ -224,6 +249,9 @@ class CadEnv:
         if k == total:
             return Observation(f"{head} All {total} steps are confirmed: the part is complete. Reply without a "
                                "tool call to finish.", name="confirm_step")
+        if k == last:
+            return Observation(f"{head} This task covers step {k} of {total} only: it is done. Reply without a "
+                               "tool call to finish.", name="confirm_step")
         return Observation(f"{head}\n{step_text(part, k + 1)}", name="confirm_step")
 
     def state(self) -> Any:
@@ -234,12 +262,15 @@ class CadEnv:
 
     def score(self, task: Task, state: Any) -> list[Score]:
         part = part_of(task)
-        e = expect(part, len(part.steps))
+        unit = target_step(task, part)
+        e = expect(part, unit or len(part.steps))
         names = {n: False for n in e.names}
+        sub = {"unit": "step", "step": unit} if unit else {}
         if not isinstance(state, Mapping) or not isinstance(state.get("script"), str):
-            return [Score(0.0, "env_score", {"checks": names, "measured": {}, "error": "no render of the part"})]
+            return [Score(0.0, "env_score", {"checks": names, "measured": {}, **sub,
+                                             "error": "no render of the part"})]
         confirmed = state.get("confirmed", 0)
-        meta = {"confirmed": confirmed if isinstance(confirmed, int) else 0, "steps": len(part.steps)}
+        meta = {"confirmed": confirmed if isinstance(confirmed, int) else 0, "steps": len(part.steps), **sub}
         code = state["script"][:MAX_SCRIPT_CHARS]
         why = refusal(code)
         out = None if why else render(code, task.limits.tool_timeout, self._isolation)
@@ -261,10 +292,29 @@ class CadEnv:
         self._measured = None
 
 
+CHECKED = ("Each step is checked on the rendered mesh: bounding box, volume, a watertight mesh, the number of "
+           "bodies and of through-holes, and sections through its features")
+
+
 def goal_text(part: Part) -> str:
     return (f"Build {part.title} in OpenSCAD, in {len(part.steps)} step{'s' * (len(part.steps) > 1)}. Units are "
             f"millimetres; use $fn = {num(part.fn)} for every cylinder. For each step: write or edit part.scad so it "
             "holds the whole part so far, render it, then call confirm_step with the step's number; a passing "
-            "confirmation gives the next step. Each step is checked on the rendered mesh: bounding box, volume, a "
-            "watertight mesh, the number of bodies and of through-holes, and sections through its features.\n\n"
+            f"confirmation gives the next step. {CHECKED}.\n\n"
             f"{step_text(part, 1)}")
+
+
+def subunit_text(part: Part, k: int) -> str:
+    """The first user message of sub-unit k: the goal, the steps given (their text and script), step k."""
+    total = len(part.steps)
+    head = (f"Build {part.title} in OpenSCAD, in {total} step{'s' * (total > 1)}. Units are millimetres; use "
+            f"$fn = {num(part.fn)} for every cylinder. This task is step {k} of {total} only.")
+    if k == 1:
+        given = "part.scad is empty."
+    else:
+        done = "\n".join(f"{i}. {s.text}" for i, s in enumerate(part.steps[:k - 1], 1))
+        given = (f"Steps 1..{k - 1} are already built and confirmed:\n{done}\n\npart.scad holds them now "
+                 f"(not yet rendered):\n```\n{script(part, k - 1)}```")
+    return (f"{head} {given}\n\nWrite or edit part.scad so it holds the whole part after step {k} (keep the earlier "
+            f"steps: step {k}'s checks include theirs), render it, then call confirm_step with step {k}; when it is "
+            f"confirmed, reply without a tool call. {CHECKED}.\n\n{step_text(part, k)}")
