@@ -159,9 +159,15 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             stop = "timeout"
             break
         t0 = time.perf_counter()
-        completion = await client.generate(b.ids, request)  # bounded by tokens, never by a clock
+        # bounded by tokens, never by a clock; a turn re-sent after a weight sync (scheduler/core.py,
+        # close: enough) is sampled by the new weights, and its tokens carry that version
+        if hasattr(client, "generate_versioned"):
+            completion, turn_version = await client.generate_versioned(b.ids, request)
+            turn_version = max(version, turn_version)  # engines that keep no version report 0
+        else:
+            completion, turn_version = await client.generate(b.ids, request), version
         stats["engine_seconds"] += time.perf_counter() - t0
-        b.add_sampled(completion.token_ids, completion.logprobs, version)
+        b.add_sampled(completion.token_ids, completion.logprobs, turn_version)
         turns += 1
         finish = completion.finish_reason
         out = list(completion.token_ids)
