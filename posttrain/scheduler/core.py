@@ -207,6 +207,9 @@ class Scheduler:
             for i in live:  # a user error (ConfigError, a model that cannot load) stops the run
                 if i.runner.done() and not i.runner.cancelled() and i.runner.exception() is not None:
                     raise i.runner.exception()
+        verifying = [i.runner for i in items if i.done_seq is not None and i.group is None]
+        if verifying:  # rollouts already done are not the tail: their verdicts are waited for
+            await asyncio.gather(*verifying)
         if not cfg.dynamic_sampling.enabled:  # every finished group is trained, signal or not
             done, kept, replay_kept = self._tally(items, want, target, need_signal=False)
         self._step_counts["attempts"] = attempt + 1
