@@ -3,6 +3,7 @@
     posttrain tasks list
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
     posttrain tasks validate posttrain/data/terminal_tasks [--json]            # see tasks/validate.py
+    posttrain tasks audit-scorers [--domains a,b] [--write]                    # see tasks/rg_scorers.py
 """
 
 from __future__ import annotations
@@ -135,4 +136,46 @@ def tasks_validate(
             table.add_row(r.task, "[green]yes" if r.ok else "[red]NO", r.reason)
         Console().print(table)
     if not results or any(not r.ok for r in results):
+        raise typer.Exit(1)
+
+
+@app.command("audit-scorers")
+def tasks_audit_scorers(
+    domains: Optional[str] = typer.Option(None, "--domains", help="Comma-separated reasoning-gym domains (default: all)."),
+    n: int = typer.Option(10, "--n", min=2, help="Items per domain."),
+    write: bool = typer.Option(False, "--write", help="Rewrite posttrain/tasks/rg_scorers.json (the per-domain "
+                               "credit decisions) and docs/scorers.md (all domains only)."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 when a decision differs from the checked-in one."),
+) -> None:
+    """Score reasoning-gym's gold answers and typical wrong answers (empty, another item's answer, one character
+    changed, negated, gold plus junk) per domain; print the table and whether each domain's scorer gives wrong
+    answers credit (see docs/scorers.md)."""
+    from posttrain.tasks import reasoning_gym as rg
+    from posttrain.tasks import rg_scorers
+
+    names = [d.strip() for d in domains.split(",") if d.strip()] if domains else None
+    for name in names or []:
+        rg.check_domain(name)
+    if write and names:
+        raise ConfigError("tasks audit-scorers: --write rewrites the whole table; leave out --domains")
+    rows = rg_scorers.audit_all(n, names)
+    saved = rg_scorers.decisions()
+    table = Table(title=f"{len(rows)} reasoning-gym domains, {sum(bool(r.get('partial')) for r in rows)} "
+                  "give wrong answers partial credit", title_justify="left")
+    table.add_column("domain", no_wrap=True, min_width=max((len(r["domain"]) for r in rows), default=6))
+    for col in ("gold", *rg_scorers.WRONG, "max wrong", "credit", "checked-in"):
+        table.add_column(col)
+    changed = []
+    for r in rows:
+        before = saved.get(r["domain"], {}).get("credit", "-")
+        if before != r["credit"]:
+            changed.append(r["domain"])
+        table.add_row(r["domain"], *(rg_scorers._cell(r.get(k)) for k in ("gold", *rg_scorers.WRONG)),
+                      rg_scorers._cell(r.get("max_wrong")), r["credit"], before if before == r["credit"] else f"[red]{before}")
+    Console().print(table)
+    if write:
+        rg_scorers.write(rows)
+        err.print(f"wrote {rg_scorers.DATA} and {rg_scorers.DOC}")
+    if check and changed:
+        err.print(f"decisions differ from the checked-in data: {', '.join(changed)}")
         raise typer.Exit(1)

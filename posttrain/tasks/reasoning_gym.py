@@ -24,15 +24,22 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from posttrain.errors import ConfigError
+from posttrain.tasks import rg_build, rg_scorers
+from posttrain.tasks.rg_build import build_report, skipped_items  # noqa: F401  (public readers)
 from posttrain.tasks.worked import gold_answer as _gold_for_entry
 from posttrain.tasks.worked import worked_steps
 from posttrain.types import Task
 
 EVAL_SEED_START = 1_000_000
 HOLDOUT = 1000  # eval items per domain (from EVAL_SEED_START) that training never contains
-# Domains that take over 50 ms per item: a smaller holdout keeps training-data building fast
-# (their puzzle spaces are large, so chance repeats are negligible anyway).
-HOLDOUT_OVERRIDES: dict[str, int] = {"futoshiki": 100, "knight_swap": 100, "quantum_lock": 200, "zebra_puzzles": 200}
+# Slow domains hold out fewer: the largest of HOLDOUT_STEPS that builds within HOLDOUT_BUDGET_S at the
+# domain's checked-in seconds per item (their puzzle spaces are large, so chance repeats are negligible).
+HOLDOUT_STEPS = (HOLDOUT, 500, 200, 100, 50)
+HOLDOUT_BUDGET_S = 5.0
+HOLDOUT_OVERRIDES: dict[str, int] = {}  # domain -> holdout, over the budget rule
+MAX_FAILED_IN_A_ROW = 64  # items in a row whose generator raised: the domain (or its options) is broken
+CREDITS = ("full", "partial")
+FULL_MARKS = 1.0 - 1e-9
 INSTRUCTION = "End your response with a final line of the form `Answer: <answer>`."
 ANSWER_TAG = "Answer:"
 VERIFIER = "reasoning_gym"
@@ -103,12 +110,40 @@ def _dataset(domain: str, seed: int, size: int, config_key: str):
         raise ConfigError(f"reasoning-gym domain {domain!r}: bad dataset config {kwargs}: {e}") from None
 
 
+def _entries(domain: str, seed: int, n: int, config_key: str) -> tuple[int, list[tuple[int, dict]]]:
+    """`n` (offset, entry) items from seed `seed` on; an item whose generator raises is skipped (counted
+    in `skipped_items`) and the next one taken. Returns the size of the dataset read (grown past `n`
+    when items were skipped: datasets keep their items' prefix as the size grows) and the items."""
+    size, out, i, failed, last = n, [], 0, 0, ""
+    ds, clock = _dataset(domain, seed, size, config_key), rg_build.timed()
+    while len(out) < n:
+        if i >= size:
+            size = n + 2 * (i - len(out)) + 8
+            ds = _dataset(domain, seed, size, config_key)
+        try:
+            entry = ds[i]
+        except Exception as e:  # a generator bug for one seed must not stop a run
+            rg_build.record_skip(domain, config_key, seed + i)
+            failed, last = failed + 1, f"{type(e).__name__}: {e}"
+            if failed >= MAX_FAILED_IN_A_ROW:
+                raise ConfigError(f"reasoning-gym domain {domain!r}: {failed} items in a row failed to generate "
+                                  f"(seeds {seed + i - failed + 1}..{seed + i}; last: {last[:200]}); check its options")
+        else:
+            out.append((i, entry))
+            failed = 0
+        i += 1
+    rg_build.record_build(domain, len(out), clock())
+    return size, out
+
+
 def format_prompt(question: str) -> str:
     return f"{question.rstrip()}\n\n{INSTRUCTION}"
 
 
 def make_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | None = None) -> list[Task]:
-    """`n` tasks of `domain` from reasoning-gym items seed .. seed+n-1.
+    """`n` tasks of `domain` from reasoning-gym items seed, seed+1, ...: an item whose generator raises
+    is skipped (and counted, `skipped_items`) and the next seed taken, so the same arguments always give
+    the same n tasks. `metadata["index"]` is the item's offset from `seed` (the task id is `domain/seed+index`).
 
     `config` passes dataset options through (e.g. {"max_terms": 3}); unknown domain or
     options raise ConfigError.
@@ -116,21 +151,18 @@ def make_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | No
     if n <= 0:
         raise ConfigError(f"reasoning-gym domain {domain!r}: number of tasks must be > 0 (got {n})")
     key = _config_key(domain, config)
-    ds = _dataset(domain, seed, n, key)
-    tasks = []
-    for i in range(n):
-        entry = ds[i]
-        tasks.append(
-            Task(
-                id=f"{domain}/{seed + i}",
-                domain=domain,
-                prompt=({"role": "user", "content": format_prompt(entry["question"])},),
-                reference=entry,
-                verifiers=(VERIFIER,),
-                metadata={"source": "reasoning_gym", "seed": seed, "index": i, "size": n, "config": key},
-            )
+    size, entries = _entries(domain, seed, n, key)
+    return [
+        Task(
+            id=f"{domain}/{seed + i}",
+            domain=domain,
+            prompt=({"role": "user", "content": format_prompt(entry["question"])},),
+            reference=entry,
+            verifiers=(VERIFIER,),
+            metadata={"source": "reasoning_gym", "seed": seed, "index": i, "size": size, "config": key},
         )
-    return tasks
+        for i, entry in entries
+    ]
 
 
 def extract_answer(completion: str) -> str:
@@ -142,8 +174,8 @@ def extract_answer(completion: str) -> str:
     return lines[-1] if lines else ""
 
 
-def score(task: Task, completion: str) -> float:
-    """The dataset's own `score_answer` on the extracted answer, clipped to [0, 1]."""
+def raw_score(task: Task, completion: str) -> float:
+    """The dataset's own `score_answer` on the extracted answer, clipped to [0, 1] (partial credit kept)."""
     meta = task.metadata
     ds = _dataset(task.domain, int(meta.get("seed", 0)), int(meta.get("size", 1)), meta.get("config", "{}"))
     try:
@@ -151,6 +183,31 @@ def score(task: Task, completion: str) -> float:
     except Exception:  # a scorer that chokes on malformed model output scores 0, never crashes a run
         return 0.0
     return min(1.0, max(0.0, value))
+
+
+def credit(task: Task) -> str:
+    """How `score` treats the dataset's score on `task`: "full" (1 only for full marks, else 0) or "partial"
+    (the raw score). The domain's `verifier_options: {reasoning_gym: {credit: ...}}` decides, else the
+    checked-in audit (rg_scorers.json: "full" where its scorer gives wrong answers credit)."""
+    opts = ((task.metadata or {}).get("verifier_options") or {}).get(VERIFIER) or {}
+    chosen = opts.get("credit") if isinstance(opts, dict) else None
+    if chosen is None:
+        domain = task.domain
+        if domain == "composite" and isinstance(task.reference, dict):  # scored by the item's own dataset
+            domain = (task.reference.get("metadata") or {}).get("source_dataset", domain)
+        return rg_scorers.default_credit(domain)
+    if chosen not in CREDITS:
+        raise ConfigError(f"verifier_options.{VERIFIER}.credit must be one of {', '.join(CREDITS)}, got {chosen!r}")
+    return chosen
+
+
+def score(task: Task, completion: str) -> float:
+    """The task's reward in [0, 1]: `raw_score`, or under `credit(task) == "full"` 1.0 only when the dataset
+    gives full marks (a wrong answer scores 0, however much partial credit the dataset's scorer gives it)."""
+    value = raw_score(task, completion)
+    if credit(task) == "full":
+        return 1.0 if value >= FULL_MARKS else 0.0
+    return value
 
 
 def gold_answer(task: Task) -> str | None:
@@ -174,16 +231,30 @@ def split_count(n: int, parts: int) -> list[int]:
 
 
 def holdout_size(domain: str) -> int:
-    """Eval items per domain whose questions training skips, by default."""
-    return HOLDOUT_OVERRIDES.get(domain, HOLDOUT)
+    """Eval items per domain whose questions training skips, by default: `HOLDOUT_OVERRIDES`, else the
+    largest of `HOLDOUT_STEPS` whose build fits `HOLDOUT_BUDGET_S` at the domain's checked-in seconds per
+    item (rg_scorers.json; fixed data, so every machine holds out the same items), never below the last step."""
+    if domain in HOLDOUT_OVERRIDES:
+        return HOLDOUT_OVERRIDES[domain]
+    per_item = rg_scorers.item_seconds(domain)
+    for size in HOLDOUT_STEPS:
+        if size * per_item <= HOLDOUT_BUDGET_S:
+            return size
+    return HOLDOUT_STEPS[-1]
 
 
-@lru_cache(maxsize=256)
 def held_out_questions(domain: str, config_key: str, size: int | None = None) -> frozenset[str]:
-    """The questions of the first `size` (default `holdout_size`) eval items of `domain`."""
+    """The questions of the first `size` (default `holdout_size`) eval items of `domain` (raising items
+    skipped, like `make_tasks`); kept in memory and on disk (`rg_build.cache_dir()`)."""
     size = holdout_size(domain) if size is None else size
-    ds = _dataset(domain, EVAL_SEED_START, size, config_key)
-    return frozenset(ds[i]["question"] for i in range(size))
+    return rg_build.cached_questions(domain, config_key, size, lambda: _held_out_build(domain, config_key, size))
+
+
+def _held_out_build(domain: str, config_key: str, size: int) -> tuple[list[str], list[int]]:
+    _, entries = _entries(domain, EVAL_SEED_START, size, config_key)
+    kept = {i for i, _ in entries}
+    skipped = [EVAL_SEED_START + i for i in range(entries[-1][0] + 1) if i not in kept]
+    return [entry["question"] for _, entry in entries], skipped
 
 
 MIN_DISTINCT = 16  # distinct training questions below which a domain's supply counts as used up
