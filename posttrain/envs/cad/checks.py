@@ -11,6 +11,18 @@ corner) within max(0.3 mm, 1% of that size), volume within 2%. Then one check pe
 centre is within 0.5 mm and whose area is within 4% of the probe's. The volume and areas are the
 $fn-gons' (spec.py), so a part made with the stated $fn matches to rounding; the tolerances also
 cover a coarser $fn of about 24.
+
+A sub-unit's reward (one step k of a part, steps 1..k-1 given):
+
+    v = unit_value(part, k, results)          # UnitValue(value, counted, broken)
+
+counts only step k's own checks, `own_checks(part, k)`: step k's probes and the checks the gold
+part after step k-1 fails against `expect(part, k)` (the global checks step k changes: bodies,
+holes, a size, the position, the volume). The reward is the share of those that pass; but when
+any other check fails (one the part after step k-1 already passes: earlier steps' probes,
+watertight, the global checks step k leaves alone), given work was broken and the reward is 0.
+For k = 1 (nothing given) every check counts. So the given script rendered unchanged scores 0
+and only a finished step k scores 1.
 """
 
 from __future__ import annotations
@@ -99,3 +111,29 @@ def run_checks(e: Expected, m: Measurement) -> list[Check]:
 
 def failures(checks: list[Check]) -> str:
     return "; ".join(f"{c.name}: expected {c.expected}, measured {c.measured}" for c in checks if not c.ok)
+
+
+@lru_cache(maxsize=512)
+def own_checks(part: Part, k: int) -> tuple[str, ...]:
+    """The names of the checks of expect(part, k) that measure step k's work (every check when k = 1)."""
+    e = expect(part, k)
+    if k == 1:
+        return tuple(e.names)
+    before = {c.name: c.ok for c in run_checks(e, measure_solid(gold(part, k - 1)))}
+    mine = {p.name for p in part.steps[k - 1].probes}
+    return tuple(n for n in e.names if n in mine or not before[n])
+
+
+@dataclass(frozen=True)
+class UnitValue:
+    value: float  # the share of `counted` that passes; 0 when `broken` is not empty
+    counted: tuple[str, ...]  # step k's own checks
+    broken: tuple[str, ...]  # the other checks that fail: given work broken
+
+
+def unit_value(part: Part, k: int, checks: list[Check]) -> UnitValue:
+    """The sub-unit reward of `checks` (run_checks(expect(part, k), measured)) for step k."""
+    own = own_checks(part, k)
+    broken = tuple(c.name for c in checks if c.name not in own and not c.ok)
+    passed = sum(c.ok for c in checks if c.name in own)
+    return UnitValue(0.0 if broken or not own else passed / len(own), own, broken)

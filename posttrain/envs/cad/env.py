@@ -21,8 +21,10 @@ when all do), details {"checks": {name: bool}, "measured": {...}, "confirmed", "
 
 A sub-unit (reference["step"] = k, tasks/cad.py option unit: step) starts with part.scad holding
 the gold script of steps 1..k-1 (not yet rendered) and those steps confirmed; confirm_step(k)
-ends its work, and score runs step k's checks (the part after step k, earlier steps' probes
-included; the final checks when k is the last step), details + {"unit": "step", "step": k}.
+ends its work (it runs every check of the part after step k). score runs the same checks but
+rewards step k's work only (checks.unit_value): the share of step k's own checks that pass (its
+probes and the global checks it changes; every check for k = 1), 0 when any other check fails
+(given work broken); details + {"unit": "step", "step": k, "counted": [names], "broken": [names]}.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from typing import Any, Mapping
 
 from posttrain.envs.base import Action, Observation, Resources, StepResult, error_observation
-from posttrain.envs.cad.checks import Check, expect, failures, run_checks
+from posttrain.envs.cad.checks import Check, expect, failures, run_checks, unit_value
 from posttrain.envs.cad.inspect import Measurement, measure_stl
 from posttrain.envs.cad.levels import FAMILIES, build
 from posttrain.envs.cad.render import RenderOutcome, refusal, render
@@ -284,6 +286,10 @@ class CadEnv:
         checks = run_checks(e, m)
         value = sum(c.ok for c in checks) / len(checks)
         details = {"checks": {c.name: c.ok for c in checks}, "measured": m.summary(), **meta}
+        if unit:  # a sub-unit: step k's own checks only, 0 when given work is broken (checks.unit_value)
+            v = unit_value(part, unit, checks)
+            value = v.value
+            details.update(counted=list(v.counted), broken=list(v.broken))
         if value < 1:
             details["failed"] = failures(checks)
         return [Score(value, "env_score", details)]
@@ -316,5 +322,5 @@ def subunit_text(part: Part, k: int) -> str:
         given = (f"Steps 1..{k - 1} are already built and confirmed:\n{done}\n\npart.scad holds them now "
                  f"(not yet rendered):\n```\n{script(part, k - 1)}```")
     return (f"{head} {given}\n\nWrite or edit part.scad so it holds the whole part after step {k} (keep the earlier "
-            f"steps: step {k}'s checks include theirs), render it, then call confirm_step with step {k}; when it is "
+            f"steps: step {k}'s checks include theirs, and breaking one scores 0), render it, then call confirm_step with step {k}; when it is "
             f"confirmed, reply without a tool call. {CHECKED}.\n\n{step_text(part, k)}")

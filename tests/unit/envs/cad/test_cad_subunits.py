@@ -1,4 +1,4 @@
-"""cad sub-units (option unit: step): one step of a part, the earlier steps given; its oracle, credit, ids, limits."""
+"""cad sub-units (option unit: step): one step of a part, the earlier steps given; its oracle, step-k-only reward, ids, limits."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 
 from posttrain.envs.base import Resources
 from posttrain.envs.cad.env import CadEnv
-from posttrain.envs.cad.levels import build
-from posttrain.envs.cad.spec import script
+from posttrain.envs.cad.checks import expect, own_checks, run_checks, unit_value
+from posttrain.envs.cad.inspect import measure_solid
+from posttrain.envs.cad.levels import build, sample
+from posttrain.envs.cad.spec import gold, probes_upto, script
 from posttrain.errors import ConfigError
 from posttrain.tasks.cad import subunit_step
 from posttrain.tasks.generated import HELD_OUT_SEED
@@ -85,24 +87,61 @@ def test_a_subunit_starts_with_the_earlier_steps_given_and_ends_at_its_step():
     assert _score(t, state["script"]).value == 1.0
 
 
-def test_wrong_subunit_scripts_get_partial_or_zero_credit():
+def test_own_checks_are_step_ks_probes_and_the_global_checks_it_changes():
+    """On the gold solids: the part after step k-1 scores 0 (nothing broken), after step k 1, at every step."""
+    for level, fn, seeds in ((2, 32, 20), (3, 32, 20), (4, 32, 20), (5, 16, 8)):
+        for seed in range(seeds):
+            part = build(level, sample(seed, level), fn)
+            assert own_checks(part, 1) == tuple(expect(part, 1).names)  # nothing given: every check counts
+            for k in range(2, len(part.steps) + 1):
+                e, own = expect(part, k), own_checks(part, k)
+                mine = {p.name for p in part.steps[k - 1].probes}
+                earlier = {p.name for p in probes_upto(part, k - 1)}
+                assert mine <= set(own) and not earlier & set(own) and "watertight" not in own
+                before = unit_value(part, k, run_checks(e, measure_solid(gold(part, k - 1))))
+                after = unit_value(part, k, run_checks(e, measure_solid(gold(part, k))))
+                assert (before.value, before.broken) == (0.0, ()), (level, seed, k, before)
+                assert (after.value, after.broken) == (1.0, ()), (level, seed, k, after)
+    # what step k changes: the wall raises size_z and the volume; the washer adds a body and a hole
+    bracket, flange = build(4, sample(0, 4), 32), build(5, sample(0, 5), 16)
+    assert {"size_z", "volume"} <= set(own_checks(bracket, 2)) and "size_x" not in own_checks(bracket, 2)
+    assert {"bodies", "holes", "size_x"} <= set(own_checks(flange, 6)) and "hub" not in own_checks(flange, 6)
+
+
+@pytest.mark.parametrize("level,k,split", [(2, 2, "train"), (2, 2, "test"), (3, 2, "test"), (3, 3, "train"),
+                                           (4, 2, "train"), (4, 3, "test"), (4, 4, "train"), (5, 3, "test"),
+                                           (5, 5, "train"), (5, 6, "test")])
+def test_the_given_script_rendered_unchanged_scores_zero(level, k, split):
+    t = sub(level, k, split, fn=16 if level == 5 else 32)
+    lazy = _score(t, script(part_of(t), k - 1))
+    assert lazy.value == 0.0 and lazy.details["broken"] == [] and lazy.details["counted"]
+    assert set(lazy.details["counted"]) == failing(lazy)  # every check it fails is step k's, every other passes
+
+
+def test_breaking_given_work_scores_zero_and_half_a_step_scores_between():
     t = sub(3, 3)
     part = part_of(t)
     good = script(part, 3)
     assert _score(t, good).value == 1.0
-    lazy = _score(t, script(part, 2))  # the given steps rendered, step 3 not done
-    assert {f"hole_{i + 1}" for i in range(len(part.steps[2].probes))} <= failing(lazy) and 0 < lazy.value < 1
     boss = good.split("\n")[4]  # steps 1..3 as difference(union(plate, boss), holes): the boss's line
     assert "cylinder" in boss and "translate" in boss
     no_boss = _score(t, good.replace(boss + "\n", ""))  # step 3 done, the given boss edited away
-    assert {"boss", "size_z", "volume"} <= failing(no_boss) and 0 < no_boss.value < 1
-    assert _score(t, "cube(1);").value < 0.5 and _score(t, "sphere(").value == 0
+    assert no_boss.value == 0.0 and {"boss", "size_z", "volume"} <= set(no_boss.details["broken"])
+    assert all(no_boss.details["checks"][f"hole_{i + 1}"] for i in range(len(part.steps[2].probes)))
+    assert _score(t, "cube(1);").value == 0 and _score(t, "sphere(").value == 0
 
     w = sub(4, 3)
     wp = part_of(w)
     wall = script(wp, 2).split("\n")[3]  # base then wall
     only_mine = _score(w, script(wp, 3).replace(wall + "\n", ""))  # the holes drilled, the wall gone
-    assert "wall" in failing(only_mine) and 0 < only_mine.value < 1
+    assert only_mine.value == 0.0 and "wall" in only_mine.details["broken"]
+    # half the hole pattern: the first hole drilled, the others not
+    cuts = [line for line in script(wp, 3).split("\n") if line.startswith("  translate")]  # the cuts: step 3's
+    assert len(cuts) == len(wp.steps[2].probes) >= 2 and all("cylinder" in c for c in cuts)
+    half = _score(w, script(wp, 3).replace("\n".join(cuts[1:]) + "\n", ""))
+    assert 0 < half.value < 1 and half.details["broken"] == []
+    assert half.details["checks"]["hole_1"] and not half.details["checks"]["hole_2"]
+    assert half.value == sum(half.details["checks"][n] for n in half.details["counted"]) / len(half.details["counted"])
 
 
 def test_ids_metadata_and_references_tell_subunits_apart():
