@@ -78,6 +78,8 @@ class LaneGate:
                     await cond.wait_for(lambda: self.used_shared < self.shared)
                 finally:
                     self.fast_waiting -= 1
+                    if not self.fast_waiting:  # longs held back only by waiting fast work re-check now
+                        cond.notify_all()
                 kind = "shared"
             else:
                 await cond.wait_for(lambda: self.used_fixed < self.fixed
