@@ -281,7 +281,8 @@ class Scheduler:
                 self.events.append("every domain is paused by its breaker: this step has no new work")
             taken = Counter(i.task.domain for i in items + out if not i.stored)
             rng = random.Random(f"mix:{cfg.train.seed}:{step}:{attempt}")
-            picks = draw_domains(n - len(out), weights, self.quotas, taken, rng)
+            quotas = {**self.quotas, **{d: 1 for d in self.breakers.half_open}}  # one trial group each
+            picks = draw_domains(n - len(out), weights, quotas, taken, rng)
             drawn = {d: iter(steer(self.sources[d], picks.count(d), self.rates, k, self.sc.value, rng))
                      for d in sorted(set(picks))}
             out += [Item(self._next_serial(), next(drawn[d]), k) for d in picks]
@@ -323,7 +324,8 @@ class Scheduler:
                 seconds = time.perf_counter() - t0
                 self.util.episode(task.domain, seconds)
                 failed = traj.stop_reason in FAILED
-                self.breakers.record(task.domain, ok=not failed, why=traj.stop_reason)
+                why = next((e for e in traj.events if e.startswith(traj.stop_reason)), traj.stop_reason)
+                self.breakers.record(task.domain, ok=not failed, why=why[:200])
                 if not failed:
                     self.costs.observe(task.domain, tokens=len(traj.token_ids) - traj.prompt_len, turns=traj.turns,
                                        env_seconds=traj.stats.get("env_seconds", 0.0), seconds=seconds)
