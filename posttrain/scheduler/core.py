@@ -22,11 +22,13 @@ re-queued item samples with the same seeds. Each step:
 4. a finished item is verified in a worker thread and becomes a Group; groups count in the order
    their rollouts finished. `close: all` waits for every started item (a rerun or a resumed run
    repeats the step exactly); `close: enough` closes the step as soon as `prompts_per_step`
-   groups with signal are done: the unfinished tail is carried over to the next step (its turns
-   in flight are aborted for the weight sync and re-sent after it; finished surplus groups wait
-   for the next step), not waited for. When what is left cannot give enough groups, more items
-   are drawn, over-provisioned by the keep rate seen (at most `dynamic_sampling.max_attempts`
-   rounds and `max_groups_factor` x prompts_per_step items a step);
+   groups with signal are done, keeping `over_provision` x prompts_per_step items in flight until
+   then (each finished item is replaced at once: the engine always has work); the unfinished tail
+   is carried over to the next step (its turns in flight are aborted for the weight sync and
+   re-sent after it; finished surplus groups wait for the next step), not waited for. `close:
+   all` draws more only when everything started is done and the step is short, over-provisioned
+   by the keep rate seen (at most `dynamic_sampling.max_attempts` rounds). Either way at most
+   `max_groups_factor` x prompts_per_step items start in a step;
 5. statistics: pass rates per domain and task (value), episode costs per domain (lanes), breakers
    (breaker.py) and curriculum levels (curriculum.py) are updated; utilisation metrics are logged.
 
@@ -178,24 +180,28 @@ class Scheduler:
         for item in new:
             self._launch(item)
         limit, attempt = math.ceil(s.max_groups_factor * want), 0
+        window = math.ceil(want * s.over_provision)  # close: enough keeps this many items in flight
+        signal = cfg.dynamic_sampling.enabled  # dynamic sampling off: every finished group counts
         while True:
-            done, kept, replay_kept = self._tally(items, want, target)
+            done, kept, replay_kept = self._tally(items, want, target, need_signal=signal)
             live = [i for i in items if i.group is None]
             short = want - len(kept) - len(replay_kept)
             replay_short = 0 if self._buffer_dry else target - _replayed(replay_kept)
             if s.close == "enough" and short <= 0 and replay_short <= 0:
                 break  # enough groups with signal: the tail is carried over
-            # draw more when everything started is done (close: all), or as soon as what is still
-            # running cannot make up the shortfall (close: enough)
-            hopeless = not live or (s.close == "enough" and len(live) < short)
-            can_draw = (cfg.dynamic_sampling.enabled and attempt + 1 < cfg.dynamic_sampling.max_attempts
-                        and len(items) < limit)
-            if hopeless and (short > 0 or replay_short > 0) and can_draw:
+            keep_rate = max(0.25, (len(kept) + len(replay_kept)) / len(done)) if done else 1.0
+            if s.close == "enough":  # keep the window full while the step is short (surplus: next step's)
+                n = min(limit - len(items), window - len(live))
+                draw = signal and n > 0
+            else:  # all: when everything started is done and the step is short, draw what should make it up
+                n = min(limit - len(items), math.ceil(max(0, short) / keep_rate))
+                draw = (signal and not live and (short > 0 or replay_short > 0)
+                        and attempt + 1 < cfg.dynamic_sampling.max_attempts and n > 0)
+            if draw:
                 attempt += 1
-                keep_rate = max(0.25, (len(kept) + len(replay_kept)) / max(1, len(done)))
-                more = self._replay_items(step, attempt, replay_short, per_group, items)
-                n = min(limit - len(items) - len(more), math.ceil(max(0, short - len(live) - len(more)) / keep_rate))
-                more += self._fresh_items(step, attempt, n, items + more)
+                in_flight = sum(len(i.stored) for i in live)  # stored successes already on their way
+                more = self._replay_items(step, attempt, replay_short - in_flight, per_group, items)
+                more += self._fresh_items(step, attempt, max(0, n - len(more)), items + more)
                 for item in more:
                     self._launch(item)
                 items += more
@@ -210,8 +216,6 @@ class Scheduler:
         verifying = [i.runner for i in items if i.done_seq is not None and i.group is None]
         if verifying:  # rollouts already done are not the tail: their verdicts are waited for
             await asyncio.gather(*verifying)
-        if not cfg.dynamic_sampling.enabled:  # every finished group is trained, signal or not
-            done, kept, replay_kept = self._tally(items, want, target, need_signal=False)
         self._step_counts["attempts"] = attempt + 1
         batch = self._finish(step, items, kept + replay_kept, counts_before)
         if self.carried and hasattr(self.client, "suspend"):
