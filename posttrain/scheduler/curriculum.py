@@ -17,8 +17,10 @@ Kinds (`make_curriculum` picks by domain; anything else with a curriculum is a C
 - terminal (tasks/terminal.py): option {"level": L}, L = 1 easy, 2 medium, 3 hard.
 
 `options()` is the current level's options merged over the domain's own (`base_options`; the level
-wins for what it moves). Every level in [min_level, max_level] is built once here, so options that
-do not work at some level fail at build time, naming `where`, not mid-run.
+wins for what it moves). Every level in [min_level, max_level] is checked here (a reasoning-gym
+dataset built with its options, no item generated; one task of a source), so options that do not
+work at some level fail at build time, naming `where`, not mid-run; with max_level unset the top
+is the last level that builds (`capped_at`: the first that did not).
 
 `observe` keeps the last `window` pass rates; when the window is full and its mean is >= raise_at
 the level goes up one (below max_level), <= lower_at down one (above min_level); a move clears the
@@ -59,6 +61,7 @@ class DomainCurriculum:
         self._level_options = level_options
         self.level = cfg.start
         self.window: deque[float] = deque(maxlen=cfg.window)
+        self.capped_at: int | None = None  # the first level that did not build, when max_level was capped
 
     def options_at(self, level: int) -> dict[str, Any]:
         """The domain's options at `level` (1..levels): the level's values over the base options."""
@@ -139,9 +142,11 @@ def _gym_levels(domain: str, attributes: list[str] | None, where: str) -> tuple[
 
 
 def _check_gym(domain: str, options: dict[str, Any]) -> None:
+    """The dataset built with `options` (its config checks run; no item is generated: some levels take
+    seconds per item, e.g. jugs at level 3)."""
     from posttrain.tasks import reasoning_gym as rg
 
-    rg.make_tasks(domain, 1, 0, config=options)  # bad options raise ConfigError
+    rg._dataset(domain, 0, 1, rg._config_key(domain, options))  # bad options raise ConfigError
 
 
 def _check_source(domain: str, options: dict[str, Any]) -> None:
@@ -163,7 +168,10 @@ LEVELLED_SOURCES: dict[str, Callable[[], int]] = {"terminal": _terminal_levels}
 
 def make_curriculum(domain: str, cfg: CurriculumConfig, base_options: dict[str, Any], where: str) -> DomainCurriculum:
     """The curriculum of `domain` (config `DomainConfig.curriculum`), every level in [min_level,
-    max_level] checked to build; a domain without levels, an unknown attribute or a level whose
+    max_level] checked to build. With max_level unset, the top level is the last that builds (some
+    reasoning-gym curricula define levels their own datasets refuse: caesar_cipher's rotation 50 at
+    level 3, rubiks_cube's cube_size 7 at level 5); `capped_at` then names the first refused level.
+    A domain without levels, an unknown attribute, or a level up to max_level (or up to `start`) whose
     options do not build is one ConfigError line naming `where`."""
     from posttrain.tasks import reasoning_gym as rg
     from posttrain.tasks.registry import SOURCES, is_generated, is_source
@@ -186,5 +194,9 @@ def make_curriculum(domain: str, cfg: CurriculumConfig, base_options: dict[str, 
         try:
             check(domain, curr.options_at(level))
         except ConfigError as e:
-            raise ConfigError(f"{where}: level {level} does not build: {e}") from None
+            if cfg.max_level is not None or level <= max(cfg.start, curr.min_level):
+                hint = "" if cfg.max_level is None else " (lower max_level)"
+                raise ConfigError(f"{where}: level {level} does not build{hint}: {e}") from None
+            curr.max_level, curr.capped_at = level - 1, level
+            break
     return curr

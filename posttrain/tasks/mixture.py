@@ -16,13 +16,20 @@ keeps. Sources:
   the same way; with `options: {split: train}` eval takes the source's `test` split instead;
 - a generated domain (tasks/generated.py: sql, document, cad): training tasks from seed
   `task_seed` upward (a cursor, like reasoning-gym's), eval tasks from its held-out test seeds.
+
+Levels (scheduler/curriculum.py): `source.set_options(options)` (or `mix.set_options(domain,
+options)`) switches what training draws from the next `take` on: GymSource's dataset config,
+GeneratedSource's options (`level`), a registered source's options (terminal: `level`). The cursor
+carries on. Eval tasks stay at the domain's configured options, so eval curves remain comparable
+across levels. A source's `state_dict` is {"cursor": n}, plus "options" while they differ from the
+configured ones; `load_state_dict` restores both (a state without "options" is the configured ones).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.errors import ConfigError
 from posttrain.tasks import reasoning_gym as rg
@@ -38,11 +45,16 @@ class Source(Protocol):
 
     def take(self, n: int) -> list[Task]: ...
     def eval_tasks(self) -> list[Task]: ...
+    def set_options(self, options: dict[str, Any]) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class GymSource:
+    """reasoning-gym items from `task_seed` up at the current options (`train_options`), skipping the
+    questions of the first `holdout` eval items under the default options, the configured ones
+    (`options`, which eval uses) and the current ones."""
+
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int, holdout: int | None = None):
         rg.check_domain(domain)
         holdout = rg.holdout_size(domain) if holdout is None else holdout
@@ -50,12 +62,32 @@ class GymSource:
             raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
                               f"training is kept away from; use eval_tasks <= {holdout}")
         self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
-        key = rg._config_key(domain, self.options)
-        self._held_out = (rg.held_out_questions(domain, rg._config_key(domain, None), holdout)
-                          | rg.held_out_questions(domain, key, holdout))
+        self.holdout = holdout
+        self._base = rg.held_out_questions(domain, rg._config_key(domain, None), holdout)
+        self._held_by_key: dict[str, frozenset[str]] = {}  # config key -> questions training skips under it
         self.cursor = 0  # raw reasoning-gym items consumed
-        probe = [t.reference["question"] for t in rg.make_tasks(domain, 4 * BLOCK, task_seed, config=self.options)]
-        rg.check_supply(domain, [q for q in probe if q not in self._held_out], len(probe), holdout, len(probe))
+        self.train_options = self.options
+        self._held_out = self._held_out_for(self.options)
+
+    def _held_out_for(self, options: dict[str, Any] | None) -> frozenset[str]:
+        """Held-out questions under the default, configured and `options` configs (built once per config,
+        with a supply check: a config whose question space the holdout uses up is a ConfigError)."""
+        key = rg._config_key(self.domain, options)
+        if key not in self._held_by_key:
+            configured = rg._config_key(self.domain, self.options)
+            held = (self._base | rg.held_out_questions(self.domain, configured, self.holdout)
+                    | rg.held_out_questions(self.domain, key, self.holdout))
+            probe = [t.reference["question"]
+                     for t in rg.make_tasks(self.domain, 4 * BLOCK, self.task_seed, config=options)]
+            rg.check_supply(self.domain, [q for q in probe if q not in held], len(probe), self.holdout, len(probe))
+            self._held_by_key[key] = held
+        return self._held_by_key[key]
+
+    def set_options(self, options: dict[str, Any] | None) -> None:
+        """Training draws from the next `take` on use dataset config `options` (eval keeps the configured one)."""
+        options = dict(options) if options else None
+        self._held_out = self._held_out_for(options)
+        self.train_options = options
 
     def take(self, n: int) -> list[Task]:
         out: list[Task] = []
@@ -63,9 +95,9 @@ class GymSource:
             start = self.task_seed + self.cursor
             if start + BLOCK > rg.EVAL_SEED_START:
                 raise ConfigError(f"domain {self.domain!r}: training items ran into the eval seeds; lower train.task_seed")
-            block = rg.make_tasks(self.domain, BLOCK, start, config=self.options)
+            block = rg.make_tasks(self.domain, BLOCK, start, config=self.train_options)
             for task in block:
-                self.cursor += 1
+                self.cursor = start - self.task_seed + int(task.metadata["index"]) + 1  # skipped items included
                 if task.reference["question"] not in self._held_out:
                     out.append(task)
                     if len(out) == n:
@@ -78,21 +110,51 @@ class GymSource:
         return rg.make_tasks(self.domain, self.n_eval, rg.EVAL_SEED_START, config=self.options)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self.cursor}
+        return _state(self.cursor, self.train_options, self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_options(state.get("options", self.options))
         self.cursor = int(state["cursor"])
 
 
-class ListSource:
-    """A fixed task list: handed out in an order reshuffled every pass, `held_out` kept for eval."""
+def _state(cursor: int, current: dict[str, Any] | None, configured: dict[str, Any] | None) -> dict[str, Any]:
+    """A source's state: its cursor, and its current options while they differ from the configured ones."""
+    if (current or None) == (configured or None):
+        return {"cursor": cursor}
+    return {"cursor": cursor, "options": dict(current or {})}
 
-    def __init__(self, domain: str, train: list[Task], held_out: list[Task], seed: int):
+
+class ListSource:
+    """A fixed task list: handed out in an order reshuffled every pass, `held_out` kept for eval.
+    With `remake` (options -> the source's tasks), `set_options` swaps the training list for
+    remake(options) less the held-out tasks (by id); `options` are the configured ones."""
+
+    def __init__(self, domain: str, train: list[Task], held_out: list[Task], seed: int,
+                 remake: Callable[[dict[str, Any]], list[Task]] | None = None, options: dict[str, Any] | None = None):
         if not train:
             raise ConfigError(f"domain {domain!r}: no training tasks left")
         self.domain, self.seed, self.train, self.held_out = domain, seed, train, held_out
         self.cursor = 0  # tasks handed out so far (over all passes)
         self._cached: tuple[int, list[int]] = (-1, [])  # (pass, its order)
+        self._remake, self.options = remake, dict(options or {})
+        self._configured, self.train_options = train, dict(options or {})
+
+    def set_options(self, options: dict[str, Any] | None) -> None:
+        """Training tasks from the next `take` on: the source's tasks under `options`, held-out ones left out."""
+        options = dict(options or {})
+        if options == self.train_options:
+            return
+        if options == self.options:
+            train = self._configured
+        elif self._remake is None:
+            raise ConfigError(f"domain {self.domain!r}: its tasks are a fixed list; options cannot change")
+        else:
+            held = {t.id for t in self.held_out}
+            train = [t for t in self._remake(options) if t.id not in held]
+            if not train:
+                raise ConfigError(f"domain {self.domain!r}: no training tasks left with options {options} "
+                                  f"(all are held out for eval)")
+        self.train, self.train_options, self._cached = train, options, (-1, [])
 
     def _order(self, epoch: int) -> list[int]:
         if self._cached[0] != epoch:  # one shuffle per pass, not one per task
@@ -113,18 +175,19 @@ class ListSource:
         return list(self.held_out)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self.cursor}
+        return _state(self.cursor, self.train_options, self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_options(state.get("options", self.options))
         self.cursor = int(state["cursor"])
 
 
-def _last_held_out(domain: str, tasks: list[Task], n_eval: int, seed: int, where: str) -> ListSource:
-    """The tasks with their last `n_eval` held out for eval."""
+def _last_held_out(domain: str, tasks: list[Task], n_eval: int, seed: int, where: str, **kw) -> ListSource:
+    """The tasks with their last `n_eval` held out for eval (`kw`: ListSource's remake and options)."""
     if n_eval and len(tasks) <= n_eval:
         raise ConfigError(f"domain {domain!r}: {where} has {len(tasks)} tasks, too few to hold out eval_tasks={n_eval}")
     return ListSource(domain, tasks[: len(tasks) - n_eval] if n_eval else tasks,
-                      tasks[len(tasks) - n_eval:] if n_eval else [], seed)
+                      tasks[len(tasks) - n_eval:] if n_eval else [], seed, **kw)
 
 
 def jsonl_source(domain: str, path: str, seed: int, n_eval: int) -> ListSource:
@@ -135,12 +198,17 @@ def jsonl_source(domain: str, path: str, seed: int, n_eval: int) -> ListSource:
 def registry_source(domain: str, options: dict[str, Any], task_seed: int, seed: int, n_eval: int) -> ListSource:
     """A registered task source (tasks/registry.py: humaneval, bfcl_*, terminal, ...). With
     `split: train` in its options, eval takes `n_eval` tasks of the source's own `test` split (no
-    overlap); otherwise its last `n_eval` tasks are held out."""
+    overlap); otherwise its last `n_eval` tasks are held out. `set_options` remakes its training tasks
+    under new options (terminal's `level`), the held-out ones left out."""
     tasks = make_source_tasks(domain, None, task_seed, options)
+
+    def remake(opts: dict[str, Any]) -> list[Task]:
+        return make_source_tasks(domain, None, task_seed, opts)
+
     if options.get("split") == "train":
         held_out = make_source_tasks(domain, None, task_seed, {**options, "split": "test"})[:n_eval]
-        return ListSource(domain, tasks, held_out, seed)
-    return _last_held_out(domain, tasks, n_eval, seed, "the source")
+        return ListSource(domain, tasks, held_out, seed, remake, options)
+    return _last_held_out(domain, tasks, n_eval, seed, "the source", remake=remake, options=options)
 
 
 class GeneratedSource:
@@ -148,12 +216,22 @@ class GeneratedSource:
 
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int):
         self.domain, self.task_seed, self.n_eval = domain, task_seed, n_eval
-        self.options = {k: v for k, v in options.items() if k != "split"}
+        self.options = {k: v for k, v in options.items() if k != "split"}  # configured: eval uses them
+        self.train_options = self.options  # what training draws use (set_options)
         self.cursor = 0
         make_source_tasks(domain, 1, task_seed, {**self.options, "split": "train"})  # bad options fail at build time
 
+    def set_options(self, options: dict[str, Any] | None) -> None:
+        """Training draws from the next `take` on use `options` (e.g. {"level": 3}); eval keeps the configured ones."""
+        options = {k: v for k, v in (options or {}).items() if k != "split"}
+        if options == self.train_options:
+            return
+        make_source_tasks(self.domain, 1, self.task_seed + self.cursor, {**options, "split": "train"})  # fail now
+        self.train_options = options
+
     def take(self, n: int) -> list[Task]:
-        tasks = make_source_tasks(self.domain, n, self.task_seed + self.cursor, {**self.options, "split": "train"})
+        options = {**self.train_options, "split": "train"}
+        tasks = make_source_tasks(self.domain, n, self.task_seed + self.cursor, options)
         self.cursor += n
         return tasks
 
@@ -161,9 +239,10 @@ class GeneratedSource:
         return make_source_tasks(self.domain, self.n_eval, 0, {**self.options, "split": "test"}) if self.n_eval else []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self.cursor}
+        return _state(self.cursor, self.train_options, self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_options(state.get("options", self.options))
         self.cursor = int(state["cursor"])
 
 
@@ -186,6 +265,14 @@ class Mixture:
         picks = rng.choices(range(len(self.sources)), weights=self.weights, k=n)
         taken = {i: iter(self.sources[i].take(picks.count(i))) for i in sorted(set(picks))}
         return [next(taken[i]) for i in picks]
+
+    def set_options(self, domain: str, options: dict[str, Any]) -> None:
+        """Training draws of `domain` use `options` from the next `sample` on (a curriculum level)."""
+        for s in self.sources:
+            if s.domain == domain:
+                s.set_options(options)
+                return
+        raise KeyError(f"no domain {domain!r} in the mixture")
 
     def state_dict(self) -> dict[str, Any]:
         return {s.domain: s.state_dict() for s in self.sources}
@@ -239,6 +326,9 @@ class Rescored:
 
     def eval_tasks(self) -> list[Task]:
         return self._swap(self.source.eval_tasks())
+
+    def set_options(self, options: dict[str, Any]) -> None:
+        self.source.set_options(options)
 
     def state_dict(self) -> dict[str, Any]:
         return self.source.state_dict()
