@@ -100,6 +100,9 @@ def make_curricula(domains, mixture) -> dict:
     out = {}
     for i, d in enumerate(domains):
         if d.curriculum is not None:
+            if d.path is not None:
+                raise ConfigError(f"tasks[{i}].curriculum: domain {d.name!r} is a JSONL file ({d.path}); "
+                                  f"only reasoning-gym, generated (sql, document, cad) and terminal domains have levels")
             out[d.name] = make_curriculum(d.name, d.curriculum, dict(d.options), f"tasks[{i}].curriculum")
             sources[d.name].set_options(out[d.name].options())
     return out

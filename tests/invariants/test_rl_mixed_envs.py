@@ -1,5 +1,6 @@
 """One RL run mixing a text domain with the SQL, document, CAD and terminal environments on the tiny
-model is sound and resumes exactly: N steps == N/2 steps + kill -9 + resume + N/2 steps (every
+model is sound and resumes exactly, the scheduler's state (quota, pass-rate estimates, a
+curriculum level) included: N steps == N/2 steps + kill -9 + resume + N/2 steps (every
 logged value but clocks and the sampler-vs-trainer mismatch diagnostics), each environment domain logs its episode metrics every step (stop
 reasons summing to 1, tool-call error rates, turns), its in-loop eval scores its held-out seeds,
 and its rewards are the env's own scores in [0, 1]."""
@@ -36,8 +37,10 @@ def long_model_dir(tmp_path_factory, tiny_tokenizer):
 
 def test_mixed_environment_run_is_sound_and_resumes_exactly(tmp_path, long_model_dir):
     tasks = write_tasks(tmp_path / "toy.jsonl")
-    domains = [{"name": "toy", "path": tasks, "eval_tasks": 4, "weight": 2},
-               {"name": "sql", "options": {"level": [1, 2]}, "eval_tasks": 2},
+    # the scheduler's state is part of what resumes: a quota, pass-rate estimates steering the draws,
+    # and a curriculum that moves sql down from level 2 (the random model solves nothing)
+    domains = [{"name": "toy", "path": tasks, "eval_tasks": 4, "weight": 2, "quota": 4},
+               {"name": "sql", "eval_tasks": 2, "curriculum": {"start": 2, "window": 1, "max_level": 3}},
                {"name": "document", "options": {"level": 1}, "eval_tasks": 2},
                {"name": "cad", "options": {"level": 1}, "eval_tasks": 1},
                {"name": "terminal", "eval_tasks": 1}]
@@ -69,6 +72,10 @@ def test_mixed_environment_run_is_sound_and_resumes_exactly(tmp_path, long_model
             assert f"episode/{d}/tool_error_rate/malformed" in r
             assert 0.0 <= r[f"pass_rate/{d}"] <= 1.0
     assert seen == set(ENVS), seen  # every environment domain was drawn and ran in some step
+    levels = [r["level/sql"] for r in trained]
+    assert levels[0] == 2 or levels[0] == 1 and levels[-1] == 1, levels
+    assert 1.0 in levels, levels  # sql's pass rate of 0 moved it down a level
+    assert all(r.get("sched/trained/toy", 0) <= 4 for r in trained)  # the quota
     assert all(r["episodes/env_error"] == 0 and r["episodes/infra_error"] == 0 for r in trained)
     for d in ENVS:  # the in-loop eval scored each domain's held-out tasks at step 0
         assert f"pass@1/{d}" in rows[0], sorted(k for k in rows[0] if k.startswith("pass@1"))
