@@ -35,6 +35,7 @@ weights passed at sync.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -82,6 +83,24 @@ def engine_options(cfg: RLConfig, device) -> dict:
     return {**base, **r.engine_options}
 
 
+def build_metrics(seconds: float) -> dict[str, float]:
+    """What building the domains' tasks cost (logged at step 0 and said in one line): per reasoning-gym
+    domain the seconds spent generating items and the items skipped because their generator raised."""
+    from posttrain.tasks.rg_build import build_report
+
+    report = build_report()
+    skipped = {d: r["skipped"] for d, r in report.items() if r["skipped"]}
+    slow = sorted(report.items(), key=lambda kv: -kv[1]["seconds"])[:3]
+    slowest = ", ".join(f"{d} {r['seconds']:.1f}s" for d, r in slow)
+    console.print(f"tasks: built in {seconds:.1f}s" + (f"; slowest {slowest}" if slow else "")
+                  + (f"; items skipped (their generator raised): {skipped}" if skipped else ""))
+    out = {"time/build_tasks": seconds}
+    for d, r in report.items():
+        out[f"build/seconds/{d}"] = float(r["seconds"])
+        out[f"build/skipped_items/{d}"] = float(r["skipped"])
+    return out
+
+
 def run(cfg: RLConfig, resume: bool = False) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
@@ -91,8 +110,10 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     dtype = resolve_dtype(cfg.model.dtype, device)
 
     # 1. tasks: the mixture (unknown domains fail here, naming the valid ones) and held-out eval sets
+    built = time.perf_counter()
     mixture = build_mixture(cfg.tasks, task_seed=t.task_seed, seed=t.seed)
     eval_sets = {s.domain: s.eval_tasks() for s in mixture.sources}
+    build = build_metrics(time.perf_counter() - built)
 
     # 2. models: policy (fp32 master weights), reference only when KL is on, the rollout engine
     tokenizer = load_tokenizer(cfg.model.path)
@@ -166,7 +187,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
             timer = PhaseTimer()
             first = held_out_eval(timer)
             suites.maybe_save_best(0, first, policy, tokenizer)
-            logger.log(0, {**first, **timer.metrics()})
+            logger.log(0, {**first, **timer.metrics(), **build})
         while step < t.steps:
             timer, index = PhaseTimer(), step  # index: this step's 0-based number
             with timer("step"):

@@ -64,6 +64,7 @@ from posttrain.scheduler.groups import StepBatch, StepContext, add_to_buffer, pr
 from posttrain.scheduler.lanes import LaneGate, classify
 from posttrain.scheduler.stats import Costs, PassRates
 from posttrain.scheduler.utilisation import Utilisation
+from posttrain.tasks.rg_build import skipped_items
 from posttrain.types import Group, Task, Trajectory
 from posttrain.verifiers import run_verifiers_many
 
@@ -167,6 +168,7 @@ class Scheduler:
         self.breakers.begin_step(step)
         self.util.begin(self.client, self.resources)
         counts_before = prefix_counts(ctx.engine)
+        self._skipped_before = skipped_items()
         self._params = SamplingParams(temperature=temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
                                       max_tokens=cfg.rollout.max_tokens, stop_token_ids=tuple(ctx.stop_ids))
         await self._cancel([i for i in self.carried if ctx.version - i.version > s.max_staleness], "stale")
@@ -423,6 +425,9 @@ class Scheduler:
         shares = Counter(g.task.domain for g in groups)
         out.update({f"sched/share/{d}": n / len(groups) for d, n in sorted(shares.items())})
         out.update({f"sched/trained/{d}": float(n) for d, n in sorted(shares.items())})
+        after = skipped_items()  # reasoning-gym items whose generator raised, skipped during this step's draws
+        out.update({f"skipped_items/{d}": float(n - self._skipped_before.get(d, 0)) for d, n in after.items()
+                    if n > self._skipped_before.get(d, 0)})
         out.update(episode_metrics([(g.task, t) for g in generated for t in g.fresh] + failed))
         out.update(prefix_metrics(counts_before, prefix_counts(ctx.engine)))
         self.events += self.breakers.end_step()

@@ -19,7 +19,7 @@ import time
 
 # what is measured on the wall clock (like time/*): a rerun or a resumed run does not repeat it
 CLOCK_PREFIXES = ("sched/engine_busy", "sched/sandbox_busy", "sched/slot_occupancy", "sched/queue_wait_",
-                  "sched/tail_p95/")
+                  "sched/tail_p95/", "build/seconds/")
 
 
 def quantile(xs: list[float], q: float) -> float:

@@ -50,6 +50,18 @@ class Source(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+PROBE_BUDGET_S = 2.0  # seconds of items a domain's supply check may build (at its checked-in cost per item)
+
+
+def probe_size(domain: str) -> int:
+    """Training items the supply check looks at: 4 blocks, fewer for slow domains (at least 16), so
+    building hundreds of domains takes bounded time (HOLDOUT_BUDGET_S + PROBE_BUDGET_S each)."""
+    from posttrain.tasks.rg_scorers import item_seconds
+
+    per_item = item_seconds(domain)
+    return 4 * BLOCK if per_item <= 0 else max(16, min(4 * BLOCK, int(PROBE_BUDGET_S / per_item)))
+
+
 class GymSource:
     """reasoning-gym items from `task_seed` up at the current options (`train_options`), skipping the
     questions of the first `holdout` eval items under the default options, the configured ones
@@ -57,7 +69,8 @@ class GymSource:
 
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int, holdout: int | None = None):
         rg.check_domain(domain)
-        holdout = rg.holdout_size(domain) if holdout is None else holdout
+        # the default size (smaller for slow domains), never below the eval items asked for
+        holdout = max(rg.holdout_size(domain), n_eval) if holdout is None else holdout
         if n_eval > holdout:  # training skips only the first `holdout` eval questions
             raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
                               f"training is kept away from; use eval_tasks <= {holdout}")
@@ -78,7 +91,7 @@ class GymSource:
             held = (self._base | rg.held_out_questions(self.domain, configured, self.holdout)
                     | rg.held_out_questions(self.domain, key, self.holdout))
             probe = [t.reference["question"]
-                     for t in rg.make_tasks(self.domain, 4 * BLOCK, self.task_seed, config=options)]
+                     for t in rg.make_tasks(self.domain, probe_size(self.domain), self.task_seed, config=options)]
             rg.check_supply(self.domain, [q for q in probe if q not in held], len(probe), self.holdout, len(probe))
             self._held_by_key[key] = held
         return self._held_by_key[key]

@@ -205,8 +205,13 @@ def test_eval_tasks_beyond_the_holdout_are_refused():
     from posttrain.tasks.mixture import build_mixture
     from posttrain.tasks.reasoning_gym import HOLDOUT
 
-    with pytest.raises(ConfigError, match=f"eval_tasks={HOLDOUT + 1} exceeds the {HOLDOUT} held-out"):
-        build_mixture([DomainConfig(name="chain_sum", eval_tasks=HOLDOUT + 1)], task_seed=500_000, seed=0)
+    with pytest.raises(ConfigError, match="eval_tasks=60 exceeds the 50 held-out"):
+        build_mixture([DomainConfig(name="basic_arithmetic", eval_tasks=60, holdout=50)], task_seed=500_000, seed=0)
+    # without an explicit holdout, the held-out range grows to cover every eval item
+    mix = build_mixture([DomainConfig(name="basic_arithmetic", eval_tasks=HOLDOUT + 1)], task_seed=500_000, seed=0)
+    assert mix.sources[0].holdout == HOLDOUT + 1
+    evals = {t.reference["question"] for t in mix.sources[0].eval_tasks()}
+    assert not evals & {t.reference["question"] for t in mix.sources[0].take(200)}
 
 
 def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score():
