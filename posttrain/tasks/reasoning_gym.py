@@ -18,8 +18,11 @@ disjoint seeds alone would still leak about 1 in 1000 eval questions into traini
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
+import os
+import tempfile
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -110,7 +113,32 @@ def _dataset(domain: str, seed: int, size: int, config_key: str):
         raise ConfigError(f"reasoning-gym domain {domain!r}: bad dataset config {kwargs}: {e}") from None
 
 
+# domains whose generators run code snippets that write files into the working directory and print
+# (reasoning-gym's codeio): their items are built in a scratch directory with their output silenced
+SCRATCH_DOMAINS = frozenset({"codeio"})
+
+
+@contextlib.contextmanager
+def _contained(domain: str):
+    if domain not in SCRATCH_DOMAINS:
+        yield
+        return
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="posttrain-rg-") as scratch, open(os.devnull, "w") as sink:
+        os.chdir(scratch)
+        try:
+            with contextlib.redirect_stdout(sink):
+                yield
+        finally:
+            os.chdir(here)
+
+
 def _entries(domain: str, seed: int, n: int, config_key: str) -> tuple[int, list[tuple[int, dict]]]:
+    with _contained(domain):
+        return _entries_here(domain, seed, n, config_key)
+
+
+def _entries_here(domain: str, seed: int, n: int, config_key: str) -> tuple[int, list[tuple[int, dict]]]:
     """`n` (offset, entry) items from seed `seed` on; an item whose generator raises is skipped (counted
     in `skipped_items`) and the next one taken. Returns the size of the dataset read (grown past `n`
     when items were skipped: datasets keep their items' prefix as the size grows) and the items."""

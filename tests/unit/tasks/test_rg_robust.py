@@ -167,3 +167,24 @@ def test_a_domains_credit_option_in_the_config_reaches_its_tasks():
     arith, chain = mix.sources
     assert {rg.credit(t) for t in arith.eval_tasks() + arith.take(3)} == {"partial"}
     assert {rg.credit(t) for t in chain.eval_tasks() + chain.take(3)} == {"full"}
+
+
+def test_codeio_items_are_built_in_a_scratch_dir_with_their_output_silenced(tmp_path, monkeypatch, capsys):
+    """reasoning-gym's codeio runs code snippets that write files (planet.com, test_dir/) into the working
+    directory and print: building its items must leave ours clean and our output quiet."""
+    from posttrain.tasks import reasoning_gym as rg
+
+    class Noisy:
+        def __getitem__(self, i):
+            with open(f"written_{i}.txt", "w") as f:
+                f.write("x")
+            print("__init__ in StructureMeta called")
+            return {"question": f"q{i}", "answer": "a", "metadata": {}}
+
+    monkeypatch.setattr(rg, "_dataset", lambda *a, **k: Noisy())
+    monkeypatch.chdir(tmp_path)
+    size, items = rg._entries("codeio", 0, 3, "key")
+    assert [e["question"] for _, e in items] == ["q0", "q1", "q2"]
+    assert list(tmp_path.iterdir()) == [] and "StructureMeta" not in capsys.readouterr().out
+    size, items = rg._entries("basic_arithmetic", 0, 1, "key")  # other domains run where they are
+    assert (tmp_path / "written_0.txt").exists()
