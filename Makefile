@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps demo demo-real demo-bfcl demo-mixed test test-slow test-all bench clean
+.PHONY: setup sysdeps demo demo-real demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps
 
@@ -66,6 +66,9 @@ demo-bfcl: setup $(SMOL)/config.json
 # Six kinds of domain in one RL run (reasoning-gym, BFCL, terminal, SQL, documents, CAD): ~11 min on 2 CPU cores
 demo-mixed: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-mixed.yaml
+
+demo-all-domains: setup $(SMOL)/config.json
+	$(VENV)/bin/posttrain rl configs/all-domains.yaml
 
 test: setup
 	$(PY) -m pytest

@@ -50,16 +50,20 @@ class Source(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-PROBE_BUDGET_S = 2.0  # seconds of items a domain's supply check may build (at its checked-in cost per item)
+PROBE_BUDGET_S = 2.0  # seconds of items a domain's supply check builds at most (past its first 16)
 
 
-def probe_size(domain: str) -> int:
-    """Training items the supply check looks at: 4 blocks, fewer for slow domains (at least 16), so
-    building hundreds of domains takes bounded time (HOLDOUT_BUDGET_S + PROBE_BUDGET_S each)."""
-    from posttrain.tasks.rg_scorers import item_seconds
+def supply_probe(domain: str, seed: int, options: dict[str, Any] | None) -> list[str]:
+    """Training questions the supply check looks at: 4 blocks, built 16 at a time and stopped past
+    PROBE_BUDGET_S seconds (at least 16), so building hundreds of domains takes bounded time whatever
+    a domain's items cost (their cost varies by seed and options)."""
+    import time
 
-    per_item = item_seconds(domain)
-    return 4 * BLOCK if per_item <= 0 else max(16, min(4 * BLOCK, int(PROBE_BUDGET_S / per_item)))
+    out: list[str] = []
+    started = time.perf_counter()
+    while len(out) < 4 * BLOCK and (len(out) < 16 or time.perf_counter() - started < PROBE_BUDGET_S):
+        out += [t.reference["question"] for t in rg.make_tasks(domain, 16, seed + len(out), config=options)]
+    return out
 
 
 class GymSource:
@@ -90,8 +94,7 @@ class GymSource:
             configured = rg._config_key(self.domain, self.options)
             held = (self._base | rg.held_out_questions(self.domain, configured, self.holdout)
                     | rg.held_out_questions(self.domain, key, self.holdout))
-            probe = [t.reference["question"]
-                     for t in rg.make_tasks(self.domain, probe_size(self.domain), self.task_seed, config=options)]
+            probe = supply_probe(self.domain, self.task_seed, options)
             # a small probe (a slow domain) asks for half of it distinct: chance repeats are not a small space
             rg.check_supply(self.domain, [q for q in probe if q not in held], len(probe), self.holdout,
                             len(probe) if len(probe) >= 4 * BLOCK else len(probe) // 2)
