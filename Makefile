@@ -68,7 +68,7 @@ demo-mixed: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-mixed.yaml
 
 demo-all-domains: setup $(SMOL)/config.json
-	$(VENV)/bin/posttrain rl configs/all-domains.yaml
+	$(VENV)/bin/posttrain run configs/all-domains.yaml
 
 test: setup
 	$(PY) -m pytest

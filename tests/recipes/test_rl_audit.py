@@ -39,7 +39,8 @@ def test_rollout_log_disagreement_alerts_spotcheck_and_calibration(tmp_path, tin
     logs = sorted((run_dir / "rollouts").glob("step_*.jsonl"))
     assert [p.name for p in logs] == ["step_000001.jsonl", "step_000002.jsonl", "step_000003.jsonl"]
     recs = [json.loads(line) for line in logs[0].read_text().splitlines()]
-    assert len(recs) == 16 and {r["domain"] for r in recs} == {"toy"}
+    first = next(r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] == 1)
+    assert len(recs) == 4 * first["generated_groups"] and {r["domain"] for r in recs} == {"toy"}  # every sample
     for r in recs:
         assert set(r["scores"]) == {"first_token_even", "tampering_judge"}
         assert r["score"] == min(r["scores"].values())  # combine: all
