@@ -9,7 +9,7 @@
         client.busy_seconds, client.wall_seconds()   # differences over any interval: the busy fraction
         client.requeued_turns, client.idle_fraction()
 
-The client owns one `EngineRunner` (rollout/server.py, the server's engine thread): a
+The client owns one `EngineRunner` (rollout/runner.py, also the server's engine thread): a
 `SteppingEngine` (the paged engine) takes each request as it arrives and is stepped while any is
 unfinished, so turns of hundreds of episodes are batched continuously while other episodes run
 tools; a plain `Engine` (HF, scripted) gets what arrived within `batch_window_s` as one
@@ -49,7 +49,7 @@ import time
 from typing import Sequence
 
 from posttrain.rollout.engine import Completion, Engine, SamplingParams, StepOutput
-from posttrain.rollout.server import EngineRunner
+from posttrain.rollout.runner import EngineRunner
 
 _REQUEUE = object()  # what an attempt's future holds when suspend() aborted its request
 
