@@ -3,7 +3,7 @@
     sched = Scheduler(ctx, curricula)            # ctx: scheduler/groups.py StepContext
     batch = sched.run_step(step, temperature)    # -> StepBatch(kept, generated, stats)
     sched.drain()                                # before a checkpoint: in-flight work re-queued
-    sched.save(dir); sched.load(dir)             # its whole state, in the checkpoint's scheduler/
+    sched.save(dir); sched.load(dir, step)       # its whole state, in the checkpoint's scheduler/ (persist.py)
     sched.close()
 
 A work item is one group: a task, its k samples (replay groups: some stored successes and k - m
@@ -50,27 +50,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from posttrain.buffer import read_checked_pickle, replay_plan, write_checked_pickle
+from posttrain.buffer import replay_plan
 from posttrain.envs.base import Resources
 from posttrain.envs.metrics import FAILED, episode_metrics, is_episode_domain
 from posttrain.envs.rollout import chat_format, run_episodes
 from posttrain.errors import ConfigError
-from posttrain.fsio import write_text_atomic
 from posttrain.rollout.client import AsyncEngine
 from posttrain.rollout.engine import SamplingParams
 from posttrain.scheduler.breaker import Breakers
 from posttrain.scheduler.draw import domain_weights, draw_domains, steer
 from posttrain.scheduler.groups import StepBatch, StepContext, add_to_buffer, prefix_counts, prefix_metrics, score_group
 from posttrain.scheduler.lanes import LaneGate, classify
+from posttrain.scheduler.persist import ITEMS_LOG, Persistence
 from posttrain.scheduler.stats import Costs, PassRates
 from posttrain.scheduler.utilisation import Utilisation
 from posttrain.tasks.rg_build import skipped_items
 from posttrain.types import Group, Task, Trajectory
 from posttrain.verifiers import run_verifiers_many
 
-ITEMS_LOG = "scheduler_items.jsonl"  # in the run dir: per step, the serials trained, dropped, re-queued, carried
-STATE_FILE = "state.json"
-PENDING_FILE = "pending.pkl"
 
 
 @dataclass
@@ -117,7 +114,7 @@ def _seed(seed: int, serial: int) -> int:
     return random.Random(f"rollout:{seed}:{serial}").getrandbits(48)
 
 
-class Scheduler:
+class Scheduler(Persistence):
     def __init__(self, ctx: StepContext, curricula: dict | None = None):
         self.ctx, cfg = ctx, ctx.cfg
         self.sc = s = cfg.scheduler
@@ -433,17 +430,6 @@ class Scheduler:
         self.events += self.breakers.end_step()
         return StepBatch(groups, generated, out)
 
-    def _log_items(self, step: int, **extra) -> None:
-        import json
-
-        self._logged_step = step
-        row = {"step": step + 1, **extra, **{k: sorted(v) for k, v in self._step_serials.items()},
-               "carried": sorted(i.serial for i in self.carried), "ready": sorted(i.serial for i in self.ready),
-               "pending": [serial for serial, _ in self.pending], "serial": self.serial}
-        with open(self.items_log, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        self._step_serials = {"trained": [], "dropped": [], "requeued": []}
-
     def _per_group_of(self) -> int:
         cfg = self.ctx.cfg
         on = self.ctx.buffer is not None and cfg.buffer.replay_ratio > 0
@@ -451,56 +437,6 @@ class Scheduler:
                            cfg.rollout.samples_per_prompt)[1]
 
     # ------------------------------------------------------------ checkpoints
-
-    def drain(self) -> None:
-        """Before a checkpoint: re-queue what is in flight or finished but untrained, so the saved
-        state is whole (pending items only)."""
-        if self.carried or self.ready:
-            if self._suspended:
-                self.client.resume()
-                self._suspended = False
-            self.loop.run_until_complete(self._cancel(self.carried + self.ready, "checkpoint"))
-            self.carried, self.ready = [], []
-            self._log_items(self._logged_step, drained=True)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"serial": self.serial, "rates": self.rates.state_dict(), "costs": self.costs.state_dict(),
-                "breakers": self.breakers.state_dict(), "ledger": dict(self.ledger),
-                "curricula": {d: c.state_dict() for d, c in self.curricula.items()}}
-
-    def save(self, directory: Path) -> None:
-        """The checkpoint's scheduler/: state.json (numbers) and pending.pkl (the re-queued tasks)."""
-        import json
-
-        self.drain()
-        directory.mkdir(parents=True, exist_ok=True)
-        write_checked_pickle(directory / PENDING_FILE, {"pending": list(self.pending)})
-        write_text_atomic(directory / STATE_FILE, json.dumps(self.state_dict(), indent=1) + "\n")
-
-    def load(self, directory: Path, step: int) -> None:
-        """Restore the state saved at `step`; the items log keeps only the rows up to it."""
-        import json
-
-        if self.items_log.exists():  # rows a killed process wrote after its last checkpoint
-            rows = [line for line in self.items_log.read_text().splitlines() if line.strip()]
-            keep = [r for r in rows if json.loads(r)["step"] <= step]
-            write_text_atomic(self.items_log, "".join(r + "\n" for r in keep))
-
-        if not (directory / STATE_FILE).exists():  # a checkpoint from before the scheduler: fresh state
-            return
-        state = json.loads((directory / STATE_FILE).read_text())
-        self.serial = int(state["serial"])
-        self.rates.load_state_dict(state["rates"])
-        self.costs.load_state_dict(state["costs"])
-        self.breakers.load_state_dict(state["breakers"])
-        self.ledger = Counter(state["ledger"])
-        for d, c in state["curricula"].items():
-            if d not in self.curricula:
-                raise ConfigError(f"the checkpoint has a curriculum for domain {d!r}, the config does not")
-            self.curricula[d].load_state_dict(c)
-            self.sources[d].set_options(self.curricula[d].options())
-        pending = read_checked_pickle(directory / PENDING_FILE, "scheduler queue")["pending"]
-        self.pending = deque((int(serial), task) for serial, task in pending)
 
     def __enter__(self) -> "Scheduler":
         return self
