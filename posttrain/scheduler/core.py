@@ -219,7 +219,7 @@ class Scheduler(Persistence):
         if verifying:  # rollouts already done are not the tail: their verdicts are waited for
             await asyncio.gather(*verifying)
         self._step_counts["attempts"] = attempt + 1
-        batch = self._finish(step, items, kept + replay_kept, counts_before)
+        batch = self._finish(step, items, kept + replay_kept, counts_before, per_group)
         if self.carried and hasattr(self.client, "suspend"):
             await self.client.suspend()  # the turns in flight wait out the weight sync (re-sent after it)
             self._suspended = True
@@ -377,7 +377,7 @@ class Scheduler(Persistence):
 
     # ------------------------------------------------------------ the step's outcome
 
-    def _finish(self, step: int, items: list[Item], trained: list[Item], counts_before) -> StepBatch:
+    def _finish(self, step: int, items: list[Item], trained: list[Item], counts_before, per_group: int) -> StepBatch:
         ctx, s = self.ctx, self.sc
         taken = {id(i) for i in trained}
         generated: list[Group] = []
@@ -395,7 +395,7 @@ class Scheduler(Persistence):
             self.ledger["trained" if id(item) in taken else "dropped"] += 1
             self._step_serials["trained" if id(item) in taken else "dropped"].append(item.serial)
         self._log_items(step)
-        add_to_buffer(ctx, generated, step, self._per_group_of())
+        add_to_buffer(ctx, generated, step, per_group)
         for g in generated:
             fresh = [r for r in g.raw[g.replayed:] if r is not None]
             self.rates.observe_group(g.task.domain, g.task.id, sum(r >= 1.0 for r in fresh), len(fresh))
@@ -429,14 +429,6 @@ class Scheduler(Persistence):
         out.update(prefix_metrics(counts_before, prefix_counts(ctx.engine)))
         self.events += self.breakers.end_step()
         return StepBatch(groups, generated, out)
-
-    def _per_group_of(self) -> int:
-        cfg = self.ctx.cfg
-        on = self.ctx.buffer is not None and cfg.buffer.replay_ratio > 0
-        return replay_plan(cfg.buffer.replay_ratio if on else 0.0, cfg.rollout.prompts_per_step,
-                           cfg.rollout.samples_per_prompt)[1]
-
-    # ------------------------------------------------------------ checkpoints
 
     def __enter__(self) -> "Scheduler":
         return self
