@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from posttrain.config_cluster import ClusterConfig
 from posttrain.config_eval import EvalConfig, EvalSection, PipelineEvalConfig, Strict
 from posttrain.config_sched import CurriculumConfig, SchedulerConfig
 from posttrain.errors import ConfigError
@@ -322,6 +323,7 @@ class RLConfig(Strict):
     train: RLTrainConfig = RLTrainConfig()
     monitor: MonitorConfig = MonitorConfig()
     eval: EvalSection = EvalSection()  # suites evaluated at step 0 and every train.eval_every; gates
+    cluster: ClusterConfig = ClusterConfig()  # scale-out: ray workers, ddp / fsdp2, weight sync (config_cluster.py)
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")
@@ -343,6 +345,10 @@ class RLConfig(Strict):
             if room < want:
                 raise ValueError(f"tasks: the quotas allow {room} groups a step, fewer than "
                                  f"rollout.prompts_per_step={want}")
+        ws = self.cluster.world_size
+        if want % ws:
+            raise ValueError(f"cluster.world_size={ws} does not divide rollout.prompts_per_step={want}: "
+                             f"each trainer rank takes whole groups")
         names = [d.name for d in self.tasks]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
