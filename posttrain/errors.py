@@ -25,6 +25,11 @@ class TrainingError(PosttrainError):
     """Training cannot go on (e.g. repeated non-finite losses)."""
 
 
+class WeightSyncError(PosttrainError):
+    """A weight transfer that cannot be used (cut off, corrupted, missing); the engine keeps its old
+    weights. The message names the version and the tensor or file (rollout/weight_sync.py)."""
+
+
 class GateError(PosttrainError):
     """A regression gate failed (the message names the gate, the model and the numbers)."""
 

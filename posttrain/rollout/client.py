@@ -6,6 +6,8 @@
         await client.suspend()                       # the weight sync between two RL steps:
         engine.update_weights(state, version + 1)    #   episodes stay alive on the loop meanwhile
         client.resume()
+        await client.sync_weights(transport, pause="finish")   # or all of that in one call (below)
+        c, versions = await client.generate_tagged(prompt_ids, params)  # the version behind each token
         client.busy_seconds, client.wall_seconds()   # differences over any interval: the busy fraction
         client.requeued_turns, client.idle_fraction()
 
@@ -38,8 +40,24 @@ Who may touch the engine, when:
   `engine.update_weights(state, version)` on the loop or via `asyncio.to_thread`; do not mix
   that with `runner.call`s still in flight;
 - after `close()`: the caller's.
-`generate_versioned` returns the engine's `version` read on the engine thread when the
-completion finished: the weights that sampled every one of its tokens.
+
+Weight sync with a pause mode: `await client.sync_weights(source, version, pause=...)` first
+receives and verifies the transfer (rollout/weight_sync.py: a Transport, a Delivery, or a plain
+state dict with its version) off the loop while the engine keeps serving; a failed transfer
+raises WeightSyncError and nothing is paused or swapped. Then, by `pause`:
+- "finish": requests made from then on are held; those in flight run to the end on the old
+  weights; the engine, now idle, takes the new weights; the held requests go in;
+- "abort": `suspend()`, `update_weights`, `resume()` as above: in-flight requests are re-queued
+  and computed from scratch on the new weights (their partial tokens are lost);
+- "continue": `update_weights` runs on the engine thread between two steps; in-flight requests
+  keep their tokens and go on under the new weights (the paged engine recomputes their K/V), so
+  one completion can hold tokens of two versions. A plain (non-stepping) engine has no step to
+  swap between: its batch in progress finishes on the old weights first, i.e. "continue"
+  degrades to "finish".
+`generate_tagged` returns the version of the weights that sampled each token (read on the
+engine thread right after the step that sampled it; every swap happens on that thread or while
+it is idle). `generate_versioned` returns the version of the first token (the version when it
+finished, for a completion without tokens): under "finish" and "abort", that of every token.
 """
 
 from __future__ import annotations
@@ -48,8 +66,11 @@ import asyncio
 import time
 from typing import Sequence
 
+from posttrain.errors import ConfigError
 from posttrain.rollout.engine import Completion, Engine, SamplingParams, StepOutput
 from posttrain.rollout.runner import EngineRunner
+
+PAUSE_MODES = ("finish", "abort", "continue")
 
 _REQUEUE = object()  # what an attempt's future holds when suspend() aborted its request
 
@@ -87,7 +108,16 @@ class AsyncEngine:
         return (await self.generate_versioned(prompt, params))[0]
 
     async def generate_versioned(self, prompt: Sequence[int], params: SamplingParams) -> tuple[Completion, int]:
-        """The completion and the version of the weights that sampled it."""
+        """The completion and the version of the weights that sampled its first token."""
+        completion, versions, finished = await self._generate(prompt, params)
+        return completion, versions[0] if versions else finished
+
+    async def generate_tagged(self, prompt: Sequence[int], params: SamplingParams) -> tuple[Completion, tuple[int, ...]]:
+        """The completion and, for each of its tokens, the version of the weights that sampled it."""
+        completion, versions, _ = await self._generate(prompt, params)
+        return completion, versions
+
+    async def _generate(self, prompt: Sequence[int], params: SamplingParams) -> tuple[Completion, tuple[int, ...], int]:
         self.requests += 1
         prompt = list(prompt)
         while True:
@@ -101,6 +131,7 @@ class AsyncEngine:
         done: asyncio.Future = loop.create_future()
         ids: list[int] = []
         logprobs: list[float] = []
+        versions: list[int] = []
 
         def finish(result) -> None:  # on the loop
             if done.done():
@@ -118,9 +149,11 @@ class AsyncEngine:
             else:
                 ids.extend(ev.token_ids)
                 logprobs.extend(ev.logprobs)
+                now = self.version
+                versions.extend([now] * len(ev.token_ids))
                 if not ev.finished:
                     return
-                result = (Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop"), self.version)
+                result = (Completion(tuple(ids), tuple(logprobs), ev.finish_reason or "stop"), tuple(versions), now)
             try:
                 loop.call_soon_threadsafe(finish, result)
             except RuntimeError:  # the loop has closed: nobody is waiting
@@ -152,15 +185,16 @@ class AsyncEngine:
             slot.append(req)
             self._live[req] = done
 
-    async def suspend(self) -> None:
+    async def suspend(self, *, drain: bool = False) -> None:
         """Stop the engine for a weight sync (module docstring); returns once its thread is idle.
+        drain=True: in-flight requests finish first instead of being aborted and re-queued.
         Calling it again while suspended waits for the same suspension."""
         if self._suspension is None:
-            self._suspension = asyncio.ensure_future(self._suspend())
+            self._suspension = asyncio.ensure_future(self._suspend(drain))
         await asyncio.shield(self._suspension)
 
-    async def _suspend(self) -> None:
-        aborted = await asyncio.wrap_future(self.runner.suspend())
+    async def _suspend(self, drain: bool = False) -> None:
+        aborted = await asyncio.wrap_future(self.runner.suspend(drain=drain))
         for req in aborted:
             done = self._live.pop(req, None)
             if done is not None and not done.done():
@@ -172,6 +206,27 @@ class AsyncEngine:
         if self._suspension is not None:
             self._suspension = None
             self.runner.resume()
+
+    async def sync_weights(self, source, version: int | None = None, *, pause: str = "abort") -> int:
+        """Receive, verify and swap in new weights with a pause mode (module docstring); returns
+        the version now served. Called while already suspended, it swaps and stays suspended."""
+        from posttrain.rollout.weight_sync import as_delivery
+
+        if pause not in PAUSE_MODES:
+            raise ConfigError(f"cluster.weight_sync.pause must be one of {', '.join(PAUSE_MODES)}, got {pause!r}")
+        delivery = await asyncio.to_thread(as_delivery, source, version)  # raises before anything pauses
+        state, new = delivery.state, delivery.version
+        if pause == "continue" and not self.suspended:
+            await asyncio.wrap_future(self.runner.call(lambda engine: engine.update_weights(state, new)))
+            return new
+        was_suspended = self.suspended
+        await self.suspend(drain=pause == "finish")
+        try:
+            await asyncio.to_thread(self.engine.update_weights, state, new)
+        finally:
+            if not was_suspended:
+                self.resume()
+        return new
 
     def idle_fraction(self) -> float:
         """The share of wall time since the client opened that the engine was not computing."""

@@ -3,6 +3,7 @@
     runner = EngineRunner(engine)
     req = runner.submit(prompt_ids, params, sink)      # sink(StepOutput | exception) on the engine thread
     runner.cancel(req); runner.call(fn) -> Future; runner.suspend() -> Future; runner.resume(); runner.close()
+    runner.suspend(drain=True)                         # the same, but in-flight requests finish first
 
 A `SteppingEngine` (the paged engine) takes each request as it arrives and is stepped while any is
 unfinished; a plain `Engine` gets what arrived within `batch_window_s` as one `generate` call.
@@ -43,7 +44,12 @@ class EngineRunner:
     engine has nothing unfinished and the thread is waiting; from then until `resume()` the thread
     touches the engine only to run `call`s, so any one other thread may use the engine meanwhile
     (e.g. `update_weights`). A plain `Engine`'s batch in progress finishes first (its requests
-    complete as usual); its queued requests are held, none aborted."""
+    complete as usual); its queued requests are held, none aborted.
+
+    `suspend(drain=True)` aborts nothing: requests submitted from then on are held, the ones in
+    flight keep being stepped until they finish (on the weights of that moment), then the engine
+    is idle as above and the future resolves to []. A plain `suspend()` arriving meanwhile aborts
+    what is still in flight and resolves both. For a plain `Engine` both forms are the same."""
 
     def __init__(self, engine: Engine, *, batch_window_s: float = 0.005):
         self.engine = engine
@@ -77,10 +83,11 @@ class EngineRunner:
         self._inbox.put(("call", (fn, fut)))
         return fut
 
-    def suspend(self) -> Future:
-        """Future of the list of `_Request`s aborted (see the class docstring); [] if already suspended."""
+    def suspend(self, *, drain: bool = False) -> Future:
+        """Future of the list of `_Request`s aborted (see the class docstring); [] if already
+        suspended, and always [] with drain=True."""
         fut: Future = Future()
-        self._inbox.put(("suspend", fut))
+        self._inbox.put(("suspend", (fut, drain)))
         return fut
 
     def resume(self) -> None:
@@ -119,7 +126,7 @@ class EngineRunner:
             if kind == "call":
                 self._do_call(item)
             elif kind == "suspend":
-                item.set_result([])
+                item[0].set_result([])
             elif kind in ("add", "add_many"):
                 held.append((kind, item))
             # "abort": the request is a held one (nothing is live): its cancelled flag drops it later
@@ -135,12 +142,29 @@ class EngineRunner:
         eng: Any = self.engine
         live: dict[int, _Request] = {}
         carry: list = []
+        draining: list[Future] = []  # suspend(drain=True)s waiting for the requests in flight to finish
+        held: list = []  # what was submitted meanwhile
         while True:
+            if draining and not carry and not live and not eng.has_unfinished():
+                for fut in draining:
+                    fut.set_result([])
+                draining = []
+                resumed, held = self._suspended([], held), []
+                if resumed is None:
+                    return
+                carry = resumed
             items, carry = self._drain(carry or ([] if eng.has_unfinished() else [self._inbox.get()])), []
             for n, (kind, item) in enumerate(items):
                 if kind == "stop":
                     return
+                if kind == "suspend" and item[1]:
+                    draining.append(item[0])
+                    continue
+                if draining and kind in ("add", "add_many"):
+                    held.append((kind, item))
+                    continue
                 if kind == "suspend":
+                    item = item[0]
                     aborted = list(live.values())
                     live.clear()
                     for req in aborted:
@@ -151,7 +175,10 @@ class EngineRunner:
                     except Exception:  # noqa: BLE001 - the engine is idle either way
                         log.exception("engine step failed while suspending")
                     item.set_result(aborted)
-                    resumed = self._suspended(items[n + 1:], [])
+                    for fut in draining:
+                        fut.set_result([])
+                    draining = []
+                    resumed, held = self._suspended(items[n + 1:], held), []
                     if resumed is None:
                         return
                     carry = resumed
@@ -204,7 +231,7 @@ class EngineRunner:
                 if kind == "stop":
                     return
                 if kind == "suspend":  # the last batch has finished: nothing is in flight
-                    item.set_result([])
+                    item[0].set_result([])
                     resumed = self._suspended(items[n + 1:], [("add_many", batch)])
                     if resumed is None:
                         return
