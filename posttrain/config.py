@@ -252,6 +252,13 @@ class AlgoConfig(Strict):
     # (bf16/int8: in the loss at updates_per_step 1, recomputed old logprobs otherwise) and to all
     # when recompute_old_logprobs; None: off (the gap is still measured as mismatch/*)
     tis_cap: float | None = Field(2.0, gt=0)
+    # how off-policy tokens (inexact sampler weights; older versions in asynchronous RL) are corrected
+    # (algos/off_policy.py): tis = min(rho, tis_cap) | decoupled = rho (PPO's clip against the trainer's
+    # policy is the trust region) | seq_mask / geo_mask = leave out sequences whose product / geometric
+    # mean of rho lies outside [off_policy_low, off_policy_high] | none = PPO against the sampler alone
+    off_policy: Literal["tis", "decoupled", "seq_mask", "geo_mask", "none"] = "tis"
+    off_policy_low: float = Field(0.5, gt=0, le=1)
+    off_policy_high: float = Field(2.0, ge=1)
 
 
 class DynamicSamplingConfig(Strict):
