@@ -57,15 +57,17 @@ def advantages_for(rewards: Sequence[Sequence[float | None]], estimator: str) ->
     return ADVANTAGES[estimator](values, valid).tolist()
 
 
-def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: int) -> list[Sample]:
-    """Groups -> training samples with advantages (+ reference / recomputed old logprobs, TIS)."""
+def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: int,
+                  logprobs=sequence_logprobs) -> list[Sample]:
+    """Groups -> training samples with advantages (+ reference / recomputed old logprobs, TIS).
+    `logprobs`: how (model, samples) -> per-token logprobs are computed (posttrain/dist shards them)."""
     a = cfg.algo
     trajs = [(i, j, t) for i, g in enumerate(groups) for j, t in enumerate(g.trajectories) if t.reward is not None]
     base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n, temperature=t.sampling.logprob_temperature,
                    fresh=j >= groups[i].replayed)
             for n, (i, j, t) in enumerate(trajs)]
     lp = dict(max_tokens_per_microbatch=cfg.train.max_tokens_per_microbatch, pad_id=pad_id)
-    ref_lp = sequence_logprobs(ref, base, **lp) if ref is not None else None
+    ref_lp = logprobs(ref, base, **lp) if ref is not None else None
     # fresh trajectories only: a replayed one's gap to the trainer is mostly the policy's drift
     # since it was stored, which PPO's clip against its stored logprobs handles as for exact replays
     inexact = {n for n, (_, _, t) in enumerate(trajs) if t.sampler_weights != "exact" and base[n].fresh}
@@ -75,7 +77,7 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
         recompute = list(range(len(base)))
     else:
         recompute = sorted(inexact) if correct and cfg.train.updates_per_step > 1 else []
-    old_lp = dict(zip(recompute, sequence_logprobs(policy, [base[n] for n in recompute], **lp))) if recompute else {}
+    old_lp = dict(zip(recompute, logprobs(policy, [base[n] for n in recompute], **lp))) if recompute else {}
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     if ref_lp is not None and a.kl_in == "reward":  # KL penalty folded into each sequence's reward
         for n, (i, j, t) in enumerate(trajs):
