@@ -278,7 +278,11 @@ def token_logits(model, mb: RLMicroBatch) -> torch.Tensor:
     """Logits / T predicting the trained tokens, [N, V] in fp32, T = each token's sample's temperature.
 
     The LM head runs only on the gathered states, except for models whose head does more than a
-    linear map (soft-capping, scaling: see train/packing.py), which take the full forward."""
+    linear map (soft-capping, scaling: see train/packing.py), which take the full forward.
+    A distributed policy (posttrain/dist/trainer.py) routes the call through its DDP / FSDP2 wrapper."""
+    routed = getattr(model, "routed_token_logits", None)
+    if routed is not None:
+        return routed(mb)
     base = _base(model)
     if any(getattr(base.config, name, None) is not None for name in _LOGIT_TRANSFORMS):
         logits = model(input_ids=mb.input_ids, position_ids=mb.position_ids,

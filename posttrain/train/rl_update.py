@@ -41,7 +41,8 @@ from dataclasses import replace
 
 import torch
 
-from posttrain.algos.kl import entropy_from_logits, kl_estimate, truncated_is_weight
+from posttrain.algos.kl import entropy_from_logits, kl_estimate
+from posttrain.algos.off_policy import off_policy_weights
 from posttrain.algos.policy_loss import POLICY_LOSSES, token_weights
 from posttrain.config import AlgoConfig
 from posttrain.train.optim import clip_grad_norm
@@ -59,21 +60,27 @@ def split_minibatches(samples: list[Sample], n: int) -> list[list[Sample]]:
     return out
 
 
-def corrected_old_and_weights(logp: torch.Tensor, mb: RLMicroBatch,
-                              tis_cap: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The old logprobs [N] and TIS weights [N] (None: all 1) the loss uses for micro-batch `mb`.
+def corrected_old_and_weights(logp: torch.Tensor, mb: RLMicroBatch, tis_cap: float | None,
+                              algo: AlgoConfig | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The old logprobs [N] and off-policy weights [N] (None: all 1) the loss uses for micro-batch `mb`.
 
-    Tokens marked `inline_tis` (and only those, when tis_cap is set) get old := logp.detach() and
-    weight min(exp(logp.detach() - sampler_logp), tis_cap); every other token keeps its sample's
-    old logprob and `token_weights` (1 where it has none)."""
+    Tokens marked `inline_tis` (off-policy samples trained with one update per step) get old :=
+    logp.detach() (the proximal policy: these weights, before the update) and the weight of
+    `algo.off_policy` (algos/off_policy.py; default tis: min(exp(logp.detach() - sampler_logp),
+    tis_cap)); every other token keeps its sample's old logprob and `token_weights` (1 where it has
+    none). No correction when `tis_cap` is None and the correction is tis, or it is `none`."""
     old, weights = mb.old_logprobs, mb.token_weights
-    if mb.inline_tis is None or tis_cap is None or not bool(mb.inline_tis.any()):
+    name = algo.off_policy if algo is not None else "tis"
+    on = name != "none" and (name != "tis" or tis_cap is not None)
+    if mb.inline_tis is None or not on or not bool(mb.inline_tis.any()):
         return old, weights
     lp = logp.detach()
     inline = mb.inline_tis
-    tis = truncated_is_weight(lp, mb.sampler_logprobs, cap=tis_cap)
+    options = {"cap": tis_cap, **({"low": algo.off_policy_low, "high": algo.off_policy_high} if algo else {})}
+    w = torch.ones_like(lp, dtype=torch.float32)
+    w[inline] = off_policy_weights(name, lp[inline], mb.sampler_logprobs[inline], mb.seq_index[inline], **options)
     old = torch.where(inline, lp, old)
-    weights = torch.where(inline, tis, weights if weights is not None else torch.ones_like(tis))
+    weights = torch.where(inline, w, weights if weights is not None else torch.ones_like(w))
     return old, weights
 
 
@@ -112,74 +119,109 @@ def _mismatch_metrics(sums: dict) -> dict:
     return out
 
 
-def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, max_tokens: int,
-                    max_tokens_per_microbatch: int, pad_id: int, device, measure: bool = False) -> dict:
-    """Accumulate one mini-batch's gradients; returns its loss sums (+ "mismatch" metrics when `measure`)."""
-    lengths = torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0}
-    gap = {"kl_sum": 0.0, "max_abs": 0.0, "tokens": 0, "tis_sum": 0.0, "tis_at_cap": 0, "tis_tokens": 0}
-    for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
-                                    share_prefix=supports_shared_prefix(model)):
-        mb = mb.to(device)
-        logits = token_logits(model, mb)
-        logp = gather_logprobs(logits, mb.targets)
-        w = token_weights(mb.seq_index, lengths, mode=algo.aggregation, max_tokens=max_tokens)
-        old, is_weights = corrected_old_and_weights(logp, mb, algo.tis_cap)
-        if measure:
-            _mismatch_sums(logp, mb, is_weights, algo.tis_cap, gap)
-        pg, stats = POLICY_LOSSES[algo.policy_loss](
-            logp, old, mb.advantages,
-            clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-        )
-        if is_weights is not None:
-            pg = pg * is_weights
-        per_token = pg
-        if mb.ref_logprobs is not None:
-            kl = kl_estimate(logp, mb.ref_logprobs, algo.kl_estimator)
-            sums["kl"] += float((w * kl).detach().sum())
-            if algo.kl_in == "loss":
-                per_token = per_token + algo.kl_coef * kl
-        if algo.entropy_coef > 0:
+def microbatch_loss(model, mb: RLMicroBatch, lengths: torch.Tensor, *, algo: AlgoConfig, max_tokens: int,
+                    gap: dict | None = None) -> tuple[torch.Tensor, dict]:
+    """One micro-batch's forward: its loss (a weighted sum over its tokens, not yet backwarded) and
+    its metric terms; adds its sampler/trainer gap to `gap` when given. `lengths` [S] are the trained
+    tokens of every sequence of the mini-batch (the normalisers), indexed by `mb.seq_index`."""
+    logits = token_logits(model, mb)
+    logp = gather_logprobs(logits, mb.targets)
+    w = token_weights(mb.seq_index, lengths, mode=algo.aggregation, max_tokens=max_tokens)
+    old, is_weights = corrected_old_and_weights(logp, mb, algo.tis_cap, algo)
+    if gap is not None:
+        _mismatch_sums(logp, mb, is_weights, algo.tis_cap, gap)
+    pg, stats = POLICY_LOSSES[algo.policy_loss](
+        logp, old, mb.advantages,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+    )
+    if is_weights is not None:
+        pg = pg * is_weights
+    per_token = pg
+    terms = {"kl": 0.0}
+    if mb.ref_logprobs is not None:
+        kl = kl_estimate(logp, mb.ref_logprobs, algo.kl_estimator)
+        terms["kl"] = float((w * kl).detach().sum())
+        if algo.kl_in == "loss":
+            per_token = per_token + algo.kl_coef * kl
+    if algo.entropy_coef > 0:
+        ent = entropy_from_logits(logits)
+        per_token = per_token - algo.entropy_coef * ent
+    else:
+        with torch.no_grad():
             ent = entropy_from_logits(logits)
-            per_token = per_token - algo.entropy_coef * ent
-        else:
-            with torch.no_grad():
-                ent = entropy_from_logits(logits)
-        loss = (w * per_token).sum()
-        if not torch.isfinite(loss):
-            return {"nonfinite": "loss"}
-        loss.backward()
-        n = mb.num_tokens
-        sums["loss"] += float(loss.detach())
-        sums["pg_loss"] += float((w * pg).detach().sum())
-        sums["entropy"] += float((w * ent.detach()).sum())
-        sums["clip_frac"] += float(stats["clip_frac"]) * n
-        sums["ratio_max"] = max(sums["ratio_max"], float(stats["ratio_max"]))
-        sums["tokens"] += n
+    loss = (w * per_token).sum()
+    n = mb.num_tokens
+    terms.update(pg_loss=float((w * pg).detach().sum()), entropy=float((w * ent.detach()).sum()),
+                 clip_frac=float(stats["clip_frac"]) * n, ratio_max=float(stats["ratio_max"]), tokens=n)
+    return loss, terms
+
+
+def new_sums() -> tuple[dict, dict]:
+    """Empty loss sums and sampler/trainer gap sums of a mini-batch."""
+    return ({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0},
+            {"kl_sum": 0.0, "max_abs": 0.0, "tokens": 0, "tis_sum": 0.0, "tis_at_cap": 0, "tis_tokens": 0})
+
+
+def add_terms(sums: dict, loss: torch.Tensor, terms: dict) -> None:
+    sums["loss"] += float(loss.detach())
+    for k in ("pg_loss", "kl", "entropy", "clip_frac"):
+        sums[k] += terms[k]
+    sums["ratio_max"] = max(sums["ratio_max"], terms["ratio_max"])
+    sums["tokens"] += terms["tokens"]
+
+
+def finish_sums(sums: dict, gap: dict, measure: bool) -> dict:
     sums["clip_frac"] /= max(1, sums["tokens"])
     if measure:
         sums["mismatch"] = _mismatch_metrics(gap)
     return sums
 
 
+def sequence_lengths(part: list[Sample], device) -> torch.Tensor:
+    """Trained tokens [S] of each sequence of a mini-batch (at least 1), the loss normalisers."""
+    return torch.tensor([max(1, sum(s.loss_mask[1:])) for s in part], dtype=torch.float32, device=device)
+
+
+def _minibatch_loss(model, part: list[Sample], *, algo: AlgoConfig, max_tokens: int,
+                    max_tokens_per_microbatch: int, pad_id: int, device, measure: bool = False) -> dict:
+    """Accumulate one mini-batch's gradients; returns its loss sums (+ "mismatch" metrics when `measure`)."""
+    lengths = sequence_lengths(part, device)
+    sums, gap = new_sums()
+    for mb in build_rl_microbatches(part, max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id,
+                                    share_prefix=supports_shared_prefix(model)):
+        loss, terms = microbatch_loss(model, mb.to(device), lengths, algo=algo, max_tokens=max_tokens,
+                                      gap=gap if measure else None)
+        if not torch.isfinite(loss):
+            return {"nonfinite": "loss"}
+        loss.backward()
+        add_terms(sums, loss, terms)
+    return finish_sums(sums, gap, measure)
+
+
 def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: AlgoConfig,
                   max_tokens: int, updates_per_step: int, max_tokens_per_microbatch: int, pad_id: int,
-                  grad_clip: float, device) -> dict:
+                  grad_clip: float, device, minibatch_loss=None, clip=None) -> dict:
     """Run the step's optimizer updates; returns metrics (means over updates, the mismatch/* ones
-    from the first mini-batch: none when it was skipped) and `skipped` reasons."""
+    from the first mini-batch: none when it was skipped) and `skipped` reasons.
+
+    `minibatch_loss` (default: this process's `_minibatch_loss`) and `clip` (default
+    `clip_grad_norm`) are where a distributed trainer (posttrain/dist/trainer.py) shards each
+    mini-batch over its ranks and clips by the global gradient norm."""
+    minibatch_loss = minibatch_loss or _minibatch_loss
+    clip = clip or clip_grad_norm
     model.train()
     results, skipped, mismatch = [], [], {}
     for k, part in enumerate(split_minibatches(samples, updates_per_step)):
         optimizer.zero_grad(set_to_none=True)
-        out = _minibatch_loss(model, part, algo=algo, max_tokens=max_tokens,
-                              max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id, device=device,
-                              measure=k == 0)
+        out = minibatch_loss(model, part, algo=algo, max_tokens=max_tokens,
+                             max_tokens_per_microbatch=max_tokens_per_microbatch, pad_id=pad_id, device=device,
+                             measure=k == 0)
         mismatch = out.pop("mismatch", mismatch)
         if "nonfinite" in out:
             optimizer.zero_grad(set_to_none=True)
             skipped.append("non-finite loss")
             continue
-        grad_norm = clip_grad_norm(model, grad_clip)
+        grad_norm = clip(model, grad_clip)
         if not math.isfinite(grad_norm):
             optimizer.zero_grad(set_to_none=True)
             skipped.append("non-finite gradient norm")
