@@ -138,3 +138,27 @@ def test_a_bad_pause_mode_and_a_failed_transfer_leave_the_engine_serving(sharp_m
     (c, versions), version, requeued = asyncio.run(main())
     assert version == 0 and requeued == 0 and versions == (0,) * LONG
     assert same(c, paged(sharp_model).generate([prompts[1]], [params(1)])[0])
+
+
+def test_runner_drain_then_a_plain_suspend_aborts_what_is_left(sharp_model, prompts):
+    from posttrain.rollout.runner import EngineRunner
+
+    runner = EngineRunner(paged(sharp_model))
+    events: dict[int, list] = {i: [] for i in range(3)}
+    try:
+        runner.submit_many([(p, params(i, 10**3 if i else 3), events[i].append) for i, p in enumerate(prompts[:3])])
+        while not events[0] or not events[0][-1].finished:
+            runner.call(lambda e: None).result(timeout=30)  # a step at a time until request 0 is done
+        drain = runner.suspend(drain=True)
+        held = runner.submit(prompts[3], params(3, 4), events.setdefault(3, []).append)
+        abort = runner.suspend()  # requests 1 and 2 would take 1000 tokens: stop them
+        aborted = abort.result(timeout=30)
+        assert drain.result(timeout=30) == [] and sorted(r.prompt == prompts[1] for r in aborted) == [False, True]
+        assert events[3] == []  # held while suspended
+        runner.resume()
+        runner.call(lambda e: None).result(timeout=30)
+        while not events[3] or not events[3][-1].finished:
+            runner.call(lambda e: None).result(timeout=30)
+        assert sum(len(ev.token_ids) for ev in events[3]) == 4 and held.engine_id is not None
+    finally:
+        runner.close()
