@@ -65,7 +65,7 @@ def save_dcp(path: str | os.PathLike, policy, optimizer=None, scheduler=None) ->
             torch.save(scheduler.state_dict(), path / SCHEDULER_FILE)
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
-    except (OSError, RuntimeError, ValueError) as e:
+    except (OSError, RuntimeError, ValueError, dcp.api.CheckpointException) as e:
         raise CheckpointError(f"cannot write distributed checkpoint {path}: {_one_line(e)}") from None
     return path
 
@@ -96,6 +96,6 @@ def load_dcp(path: str | os.PathLike, policy, optimizer=None, scheduler=None) ->
             scheduler.load_state_dict(torch.load(f, weights_only=True))
     except CheckpointError:
         raise
-    except (OSError, RuntimeError, ValueError, KeyError) as e:
+    except (OSError, RuntimeError, ValueError, KeyError, dcp.api.CheckpointException) as e:
         raise CheckpointError(f"distributed checkpoint {path} does not fit this model/optimizer: {_one_line(e)}") \
             from None

@@ -125,17 +125,24 @@ class RankProcesses:
                 self.outputs[rank] = out
 
     def failure(self) -> str | None:
-        """One line about the first failed rank (exit code != 0, or an error reported), or None."""
+        """One line about the first rank that failed (the first error reported: a peer's later
+        "connection closed" is its consequence), or about a rank that died without a word; None if none."""
         self._drain()
-        for rank, p in sorted(self.procs.items()):
-            code = p.exitcode
-            if rank in self.errors or (code is not None and code != 0):
-                if rank not in self.errors and code is not None:
-                    time.sleep(0.2)  # its error line may still be in the pipe
-                    self._drain()
-                how = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
-                return f"trainer rank {rank} failed ({how}): {self.errors.get(rank, 'no error message')}"
-        return None
+        dead = [r for r, p in sorted(self.procs.items()) if p.exitcode not in (None, 0)]
+        if dead and not self.errors:
+            time.sleep(0.2)  # its error line may still be in the pipe
+            self._drain()
+        if self.errors:
+            rank = next(iter(self.errors))  # arrival order
+        elif dead:
+            rank = dead[0]
+        else:
+            return None
+        p = self.procs[rank]
+        p.join(timeout=5)
+        code = p.exitcode
+        how = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        return f"trainer rank {rank} failed ({how}): {self.errors.get(rank, 'no error message')}"
 
     def check(self) -> None:
         """Raise TrainingError (and terminate the other ranks) if a rank has failed."""

@@ -101,3 +101,37 @@ def failing_rank(rank, world, bad_rank):
         raise ValueError(f"boom on purpose in rank {rank}")
     dist.barrier()  # the healthy rank waits here for the one that died
     return "done"
+
+
+def reduce_dtype_rank(rank, world, model_dir, groups, cfg, pad_id):
+    """bf16 compute, default reduction: the dtypes the gradient collectives actually carry.
+    FSDP2: param_dtype=bf16 (fp32 masters); DDP: a bf16 model. Records each collective's input dtype."""
+    import torch.distributed as dist
+    from posttrain.dist.trainer import dist_train_step, wrap_policy
+    from posttrain.train.optim import build_optimizer, build_scheduler
+    seen = {"fsdp2": set(), "ddp": set()}
+    kind = ["fsdp2"]
+    real_rs, real_ar = dist.reduce_scatter_single, dist.all_reduce
+
+    def rs(*args, **kw):
+        seen[kind[0]].add(str(kw.get("input", args[1] if len(args) > 1 else None).dtype))
+        return real_rs(*args, **kw)
+
+    def ar(tensor, *args, **kw):
+        if tensor.numel() > 64:  # gradient buckets, not the step's small metric / count reductions
+            seen[kind[0]].add(str(tensor.dtype))
+        return real_ar(tensor, *args, **kw)
+
+    dist.reduce_scatter_single, dist.all_reduce = rs, ar
+    out = {}
+    for k, model, param_dtype in (("fsdp2", load(model_dir), torch.bfloat16),
+                                  ("ddp", load(model_dir).to(torch.bfloat16), None)):
+        kind[0] = k
+        policy = wrap_policy(model, k, param_dtype=param_dtype)
+        opt = build_optimizer(policy.model, cfg.optim)
+        metrics = dist_train_step(policy, None, opt, build_scheduler(opt, cfg.optim, 10),
+                                  groups if rank == 0 else None, cfg, pad_id=pad_id)
+        grads_dtype = sorted({str(p.dtype) for p in policy.model.parameters()})
+        out[k] = {"collective_dtypes": sorted(seen[k]), "param_dtypes": grads_dtype,
+                  "reduce_dtype": str(policy.reduce_dtype), "skipped": metrics["skipped_updates"]}
+    return out
