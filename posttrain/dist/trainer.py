@@ -200,23 +200,21 @@ def sharded_logprobs(model, samples, *, max_tokens_per_microbatch: int, pad_id: 
 
 # ---------------------------------------------------------------- update
 
-_SUMMED = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "tokens")
-_GAP_SUMMED = ("kl_sum", "tokens", "tis_sum", "tis_at_cap", "tis_tokens")
+_MAXED = ("ratio_max", "max_abs")  # every other loss / gap sum is summed over ranks
 
 
 def _reduce_sums(sums: dict, gap: dict, nonfinite: bool, device) -> bool:
-    """Sums over ranks (maxima for ratio_max / max_abs), in place; whether any rank saw a non-finite loss."""
-    summed = torch.tensor([float(sums[k]) for k in _SUMMED] + [float(gap[k]) for k in _GAP_SUMMED]
-                          + [float(nonfinite)], dtype=torch.float64, device=device)
-    maxed = torch.tensor([sums["ratio_max"], gap["max_abs"]], dtype=torch.float64, device=device)
-    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-    dist.all_reduce(maxed, op=dist.ReduceOp.MAX)
-    values = summed.tolist()
-    for k, v in zip(_SUMMED, values):
-        sums[k] = int(v) if k == "tokens" else v
-    for k, v in zip(_GAP_SUMMED, values[len(_SUMMED):]):
-        gap[k] = int(v) if k in ("tokens", "tis_at_cap", "tis_tokens") else v
-    sums["ratio_max"], gap["max_abs"] = maxed.tolist()
+    """Sums over ranks (maxima for ratio_max / max_abs), in place, whatever keys rl_update's sums
+    hold (ints stay ints); whether any rank saw a non-finite loss."""
+    keys = [(d, k) for d in (sums, gap) for k in sorted(d) if k not in _MAXED]
+    maxed = [(d, k) for d in (sums, gap) for k in _MAXED if k in d]
+    summed_t = torch.tensor([float(d[k]) for d, k in keys] + [float(nonfinite)], dtype=torch.float64, device=device)
+    maxed_t = torch.tensor([float(d[k]) for d, k in maxed], dtype=torch.float64, device=device)
+    dist.all_reduce(summed_t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(maxed_t, op=dist.ReduceOp.MAX)
+    values = summed_t.tolist()
+    for (d, k), v in zip(keys + maxed, values[:-1] + maxed_t.tolist()):
+        d[k] = int(round(v)) if isinstance(d[k], int) else v
     return values[-1] > 0
 
 
