@@ -4,7 +4,8 @@
       over_provision: 1.5        # groups started per group the step needs
       close: enough              # close when prompts_per_step groups with signal are done, carry the
                                  # tail over (default all: wait for every group; bit-exact reruns)
-      max_staleness: 1           # carried-over episodes older than this many versions are re-queued
+      max_staleness: 1           # asynchronous RL: the next rollout overlaps the update (0: synchronous);
+                                 # carried-over episodes older than this many versions are re-queued
       value: {floor: 0.1, ...}   # sampling by expected GRPO signal, an exploration floor per domain
       lanes: {fast_tokens: 256, long_share: 0.25}
       breaker: {failures: 5, cooldown_steps: 5}
@@ -81,7 +82,11 @@ class SchedulerConfig(_Strict):
     # enough: it closes once prompts_per_step groups with signal are done and carries the tail over
     # (throughput first: which groups finish first depends on timing, so runs are not bit-reproducible)
     close: Literal["enough", "all"] = "all"
-    max_staleness: int = Field(1, ge=0)  # carried-over episodes at most this many versions old; else re-queued
+    # the staleness bound, in policy versions: 0 = synchronous (each step's rollout waits for the last
+    # update; bit-identical to a run without the async machinery); >= 1 = asynchronous RL: the next
+    # step's rollout overlaps the update (recipes/rl.py, one step ahead) and carried-over episodes
+    # (close: enough) at most this many versions old are kept, older ones re-queued
+    max_staleness: int = Field(0, ge=0)
     max_groups_factor: float = Field(4.0, ge=1)  # groups started per step at most this x prompts_per_step
     episode_seconds: float | None = Field(None, gt=0)  # wall time per episode (None: the task's own limit)
     infra_retries: int = Field(2, ge=0)  # per episode, for infrastructure faults only

@@ -50,8 +50,9 @@ from posttrain.eval.in_loop import SuiteEvals
 from posttrain.eval.suite import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import domain_metrics
-from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, step_metrics, warn
+from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, staleness_metrics, step_metrics, warn
 from posttrain.rollout.engine import ENGINES
+from posttrain.rollout.weight_sync import make_transport, receive_and_swap
 from posttrain.scheduler.core import Scheduler, make_curricula
 from posttrain.scheduler.groups import StepContext, replay_metrics
 from posttrain.tasks.mixture import build_mixture
@@ -159,6 +160,8 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                            wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"),
                            resume_from_step=step)
     steps_per_epoch = cfg.rollout.temperature.steps_per_epoch or max(1, math.ceil(t.steps / 10))
+    staleness, sync_pause = cfg.scheduler.max_staleness, cfg.cluster.weight_sync.pause
+    transport = make_transport(cfg.cluster.weight_sync, out_dir)
     schedule = cfg.rollout.temperature
 
     def checkpoint() -> None:
@@ -195,14 +198,31 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                                              start=schedule.start, end=schedule.end, schedule=schedule.schedule)
                 ctx.verifier_errors.clear()
                 threads.for_phase("rollout", index)
-                batch = sched.run_step(step, temperature)  # rollout + verify, timed inside
+                # rollout + verify, timed inside; asynchronous RL rolled this step out during the last update
+                batch = sched.prefetched or sched.run_step(step, temperature)
+                sched.prefetched = None
                 threads.for_phase("update", index)
-                trained = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
-                                     pad_id=tokenizer.pad_token_id, device=device)
-                with timer("sync"):
+
+                def update(batch=batch, version=step):
+                    out = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
+                                     pad_id=tokenizer.pad_token_id, device=device, version=version)
+                    transport.send(engine_state_dict(policy), version + 1)
+                    return out, transport, version + 1
+
+                if staleness > 0 and step + 1 < t.steps and not cap.reached():
+                    # asynchronous: the next step's rollout (by these weights: staleness 1) overlaps this update
+                    nxt = temperature_at(step + 1, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
+                                         start=schedule.start, end=schedule.end, schedule=schedule.schedule)
+                    sched.prefetched, trained = sched.run_step_overlapped(step + 1, nxt, update, sync_pause)
+                    trained.update(sched.overlap)
                     step += 1
-                    engine.update_weights(engine_state_dict(policy), step)
-                    ctx.version = step
+                else:
+                    trained, _, _ = update()
+                    with timer("sync"):
+                        step += 1
+                        receive_and_swap(engine, transport, step)
+                        ctx.version = step
+                trained.update(staleness_metrics(batch.kept, step - 1))
                 sample_stats = domain_metrics(batch.kept, batch.generated)
                 audit, warnings = auditor.step(step, batch.generated, sample_stats["pass_rate"])
                 out_of_time = cap.reached()

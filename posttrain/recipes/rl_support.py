@@ -83,3 +83,16 @@ def step_metrics(*parts: dict, **values) -> dict:
 def warn(step: int, lines: list[str]) -> None:
     for line in lines:
         console.print(f"[yellow]warning:[/] step {step}: {line}", highlight=False)
+
+
+def staleness_metrics(groups, version: int) -> dict[str, float]:
+    """How many versions behind `version` (the trainer's, at this update) the fresh trajectories'
+    tokens were sampled: async/staleness_mean (over tokens) and async/staleness_max; 0 when synchronous."""
+    lags: list[int] = []
+    for g in groups:
+        for t in g.fresh:
+            sampled = [v for v, m in zip(t.token_versions, t.loss_mask) if m and v >= 0]
+            lags += [version - v for v in sampled] or [version - t.policy_version]
+    if not lags:
+        return {}
+    return {"async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": float(max(lags))}

@@ -390,3 +390,14 @@ class DistTransport:
             raise WeightSyncError(f"weight sync v{version}: rank {self.src} sent v{manifest.version}")
         verify(manifest, state)
         return Delivery(manifest.version, state, manifest, {"transfer": t1 - t0, "verify": time.perf_counter() - t1})
+
+
+def make_transport(cfg: Any, run_dir: str | os.PathLike) -> Transport:
+    """The transport `cluster.weight_sync` names (config_cluster.py): inprocess, or directory (in
+    `dir`, default RUN_DIR/weights). `dist` needs a process group the caller owns: DistTransport(group)."""
+    if cfg.transport == "inprocess":
+        return InProcessTransport()
+    if cfg.transport == "directory":
+        return DirectoryTransport(cfg.dir or Path(run_dir) / "weights")
+    raise WeightSyncError(f"cluster.weight_sync.transport={cfg.transport}: a dist transport needs a torch.distributed "
+                          f"group between trainer and engine ranks; in one process use inprocess or directory")

@@ -136,6 +136,9 @@ class Scheduler(Persistence):
         self.resources = Resources()
         self.gate = LaneGate(cfg.rollout.max_concurrent_episodes, s.lanes.long_share)
         self.pool = ThreadPoolExecutor(cfg.reward.verify_workers or 4, thread_name_prefix="posttrain-verify")
+        self.trainer = ThreadPoolExecutor(1, thread_name_prefix="posttrain-train")  # asynchronous RL's updates
+        self.overlap: dict[str, float] = {}
+        self.prefetched: StepBatch | None = None  # asynchronous RL: the next step's batch, rolled out, not trained
         self.util = Utilisation()
         self.items_log = Path(cfg.out_dir) / ITEMS_LOG
         self.items_log.parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +153,45 @@ class Scheduler(Persistence):
 
     def run_step(self, step: int, temperature: float) -> StepBatch:
         return self.loop.run_until_complete(self._step(step, temperature))
+
+    def run_step_overlapped(self, step: int, temperature: float, train, pause: str = "abort") -> tuple[StepBatch, Any]:
+        """Asynchronous RL, one step ahead: step `step`'s rollout runs while `train()` (the update of
+        the step before) runs in a thread. `train()` returns (result, engine_state, version); once it
+        has, the new weights are swapped into the engine with `pause` (cluster.weight_sync.pause:
+        finish | abort | continue, rollout/client.py) and `ctx.version` moves on, so items launched
+        before were sampled by the previous version (staleness 1, their tokens carry it) and those
+        launched after by the new one. Returns (batch, result); `overlap` holds the timings."""
+        return self.loop.run_until_complete(self._overlapped(step, temperature, train, pause))
+
+    async def _overlapped(self, step: int, temperature: float, train, pause: str) -> tuple[StepBatch, Any]:
+        if self.client is None:
+            self.client = AsyncEngine(self.ctx.engine)
+        started = time.perf_counter()
+        trained = self.loop.run_in_executor(self.trainer, train)
+        marks: dict[str, float] = {}
+
+        async def swap():
+            result, state, version = await trained
+            marks["trained"] = time.perf_counter()
+            await self.client.sync_weights(state, version, pause=pause)
+            self.ctx.version = version
+            marks["synced"] = time.perf_counter()
+            return result
+
+        swapping = asyncio.ensure_future(swap())
+        try:
+            batch = await self._step(step, temperature)
+        except BaseException:
+            await asyncio.gather(swapping, return_exceptions=True)
+            raise
+        marks["rolled_out"] = time.perf_counter()
+        result = await swapping
+        end = time.perf_counter()
+        train_s, rollout_s = marks["trained"] - started, marks["rolled_out"] - started
+        self.overlap = {"time/overlap": min(train_s, rollout_s), "time/train_thread": train_s,
+                        "time/rollout_overlapped": rollout_s, "time/sync": marks["synced"] - marks["trained"],
+                        "async/overlap_fraction": min(train_s, rollout_s) / max(1e-9, end - started)}
+        return batch, result
 
     async def _step(self, step: int, temperature: float) -> StepBatch:
         ctx, cfg, s = self.ctx, self.ctx.cfg, self.sc
@@ -443,4 +485,5 @@ class Scheduler(Persistence):
             self.client.close()
             self.client = None
         self.pool.shutdown(wait=False)
+        self.trainer.shutdown(wait=True)
         self.loop.close()

@@ -5,7 +5,8 @@
     RUN_DIR/scheduler_items.jsonl     # per step: serials trained, dropped, re-queued, carried, pending
 
 A checkpoint's scheduler/ holds state.json (next serial, pass rates, costs, breakers, curriculum
-levels, ledger counts) and pending.pkl (the re-queued tasks, checksummed), never half-run episodes.
+levels, ledger counts) and pending.pkl (the re-queued tasks, checksummed), never half-run episodes;
+in asynchronous RL also prefetched.pkl, the next step's batch (rolled out, verified, not yet trained).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from posttrain.fsio import write_text_atomic
 ITEMS_LOG = "scheduler_items.jsonl"  # in the run dir: per step, the serials trained, dropped, re-queued, carried
 STATE_FILE = "state.json"
 PENDING_FILE = "pending.pkl"
+PREFETCHED_FILE = "prefetched.pkl"  # asynchronous RL (scheduler.max_staleness >= 1): the next step's batch
 
 
 class Persistence:
@@ -56,13 +58,19 @@ class Persistence:
         self.drain()
         directory.mkdir(parents=True, exist_ok=True)
         write_checked_pickle(directory / PENDING_FILE, {"pending": list(self.pending)})
+        if self.prefetched is not None:  # asynchronous RL: the next step's groups, rolled out, not yet trained
+            write_checked_pickle(directory / PREFETCHED_FILE, {"batch": self.prefetched})
         write_text_atomic(directory / STATE_FILE, json.dumps(self.state_dict(), indent=1) + "\n")
 
     def load(self, directory: Path, step: int) -> None:
         """Restore the state saved at `step`; the items log keeps only the rows up to it."""
+        prefetched = directory / PREFETCHED_FILE
+        if prefetched.exists():
+            self.prefetched = read_checked_pickle(prefetched, "prefetched batch")["batch"]
         if self.items_log.exists():  # rows a killed process wrote after its last checkpoint
             rows = [line for line in self.items_log.read_text().splitlines() if line.strip()]
-            keep = [r for r in rows if json.loads(r)["step"] <= step]
+            last = step + (self.prefetched is not None)  # a prefetched batch's row came before the checkpoint
+            keep = [r for r in rows if json.loads(r)["step"] <= last]
             write_text_atomic(self.items_log, "".join(r + "\n" for r in keep))
 
         if not (directory / STATE_FILE).exists():  # a checkpoint from before the scheduler: fresh state

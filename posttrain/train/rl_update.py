@@ -95,7 +95,7 @@ def _mismatch_sums(logp: torch.Tensor, mb: RLMicroBatch, weights: torch.Tensor |
             sums["kl_sum"] += float(kl_estimate(sampler, trainer, "k3").sum())  # k3 of KL(sampler || trainer)
             sums["max_abs"] = max(sums["max_abs"], float((trainer - sampler).abs().max()))
             sums["tokens"] += int(trainer.numel())
-        if weights is None or tis_cap is None:
+        if weights is None:
             return
         carries = torch.zeros_like(fresh)
         if mb.weighted is not None:
@@ -104,7 +104,9 @@ def _mismatch_sums(logp: torch.Tensor, mb: RLMicroBatch, weights: torch.Tensor |
             carries |= mb.inline_tis
         w = weights[carries & fresh]
         sums["tis_sum"] += float(w.sum())
-        sums["tis_at_cap"] += int((w >= tis_cap).sum())
+        sums["tis_sq"] += float((w.double() ** 2).sum())
+        sums["tis_zero"] += int((w == 0).sum())
+        sums["tis_at_cap"] += int((w >= tis_cap).sum()) if tis_cap is not None else 0
         sums["tis_tokens"] += int(w.numel())
 
 
@@ -116,6 +118,10 @@ def _mismatch_metrics(sums: dict) -> dict:
     if sums["tis_tokens"]:
         out["mismatch/tis_mean"] = sums["tis_sum"] / sums["tis_tokens"]
         out["mismatch/tis_clip_frac"] = sums["tis_at_cap"] / sums["tis_tokens"]
+        # the off-policy weights' normalised effective sample size (sum w)^2 / (N sum w^2) and the
+        # share of corrected tokens a mask left out (algos/off_policy.py)
+        out["off_policy/ess"] = sums["tis_sum"] ** 2 / (sums["tis_tokens"] * sums["tis_sq"]) if sums["tis_sq"] else 0.0
+        out["off_policy/masked_frac"] = sums["tis_zero"] / sums["tis_tokens"]
     return out
 
 
@@ -159,7 +165,8 @@ def microbatch_loss(model, mb: RLMicroBatch, lengths: torch.Tensor, *, algo: Alg
 def new_sums() -> tuple[dict, dict]:
     """Empty loss sums and sampler/trainer gap sums of a mini-batch."""
     return ({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "ratio_max": 0.0, "tokens": 0},
-            {"kl_sum": 0.0, "max_abs": 0.0, "tokens": 0, "tis_sum": 0.0, "tis_at_cap": 0, "tis_tokens": 0})
+            {"kl_sum": 0.0, "max_abs": 0.0, "tokens": 0, "tis_sum": 0.0, "tis_sq": 0.0, "tis_zero": 0, "tis_at_cap": 0,
+             "tis_tokens": 0})
 
 
 def add_terms(sums: dict, loss: torch.Tensor, terms: dict) -> None:

@@ -19,10 +19,17 @@ from posttrain.train.model import quiet_hf_progress
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's global RNGs (unseeded rollout requests draw from torch's)."""
+    """Seed Python's, NumPy's and torch's global RNGs (unseeded rollout requests draw from torch's),
+    and pick torch's deterministic kernels: without them the same RL update of SmolLM2-135M on the
+    same samples from the same weights gave weights differing by up to 6e-8 in one run of two
+    (2 CPU threads; docs/LOG.md 2026-12-03), which broke exact resume. Uninitialised memory is not
+    filled (that only matters for reading torch.empty, which we never do), so it costs nothing
+    measurable here."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def export_final(model, tokenizer, out_dir: Path, dtype: torch.dtype, name: str = "final") -> Path:

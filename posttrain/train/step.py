@@ -38,7 +38,8 @@ from typing import Sequence
 import torch
 
 from posttrain.algos.advantages import ADVANTAGES
-from posttrain.algos.kl import kl_estimate, truncated_is_weight
+from posttrain.algos.kl import kl_estimate
+from posttrain.algos.off_policy import corrects, off_policy_options, off_policy_weights
 from posttrain.config import RLConfig
 from posttrain.train.rl_batch import Sample, sequence_logprobs
 from posttrain.train.rl_update import update_policy
@@ -57,8 +58,16 @@ def advantages_for(rewards: Sequence[Sequence[float | None]], estimator: str) ->
     return ADVANTAGES[estimator](values, valid).tolist()
 
 
+def is_stale(t, version: int | None) -> bool:
+    """Whether some token of `t` was sampled by weights older than `version` (None: nothing is stale)."""
+    if version is None:
+        return False
+    versions = [v for v in t.token_versions if v >= 0] or [t.policy_version]
+    return min(versions) < version
+
+
 def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: int,
-                  logprobs=sequence_logprobs) -> list[Sample]:
+                  logprobs=sequence_logprobs, version: int | None = None) -> list[Sample]:
     """Groups -> training samples with advantages (+ reference / recomputed old logprobs, TIS).
     `logprobs`: how (model, samples) -> per-token logprobs are computed (posttrain/dist shards them)."""
     a = cfg.algo
@@ -70,8 +79,11 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
     ref_lp = logprobs(ref, base, **lp) if ref is not None else None
     # fresh trajectories only: a replayed one's gap to the trainer is mostly the policy's drift
     # since it was stored, which PPO's clip against its stored logprobs handles as for exact replays
-    inexact = {n for n, (_, _, t) in enumerate(trajs) if t.sampler_weights != "exact" and base[n].fresh}
-    correct = a.tis_cap is not None and not a.recompute_old_logprobs
+    # off-policy: sampled with inexact weights or, in asynchronous RL, by a version older than `version`
+    # (the trainer's); each such token gets `algo.off_policy`'s weight (algos/off_policy.py)
+    inexact = {n for n, (_, _, t) in enumerate(trajs)
+               if base[n].fresh and (t.sampler_weights != "exact" or is_stale(t, version))}
+    correct = corrects(a) and not a.recompute_old_logprobs
     inline = inexact if correct and cfg.train.updates_per_step == 1 else set()
     if a.recompute_old_logprobs:
         recompute = list(range(len(base)))
@@ -88,9 +100,13 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
     for n, (i, j, t) in enumerate(trajs):
         old = old_lp.get(n, t.logprobs)
         weights = None
-        if n in old_lp and a.tis_cap is not None:
-            weights = truncated_is_weight(torch.tensor(old), torch.tensor(t.logprobs, dtype=torch.float32),
-                                          cap=a.tis_cap).tolist()
+        if n in old_lp and corrects(a):
+            mask = torch.tensor(t.loss_mask, dtype=torch.bool)
+            w = torch.ones(len(t.loss_mask))
+            w[mask] = off_policy_weights(a.off_policy, torch.tensor(old)[mask],
+                                         torch.tensor(t.logprobs, dtype=torch.float32)[mask],
+                                         torch.zeros(int(mask.sum()), dtype=torch.long), **off_policy_options(a))
+            weights = w.tolist()
         samples.append(replace(base[n], old_logprobs=old, advantage=adv[i][j],
                                ref_logprobs=ref_lp[n] if ref_lp is not None else None, token_weights=weights,
                                sampler_logprobs=t.logprobs if n in old_lp else None, inline_tis=n in inline))
@@ -98,13 +114,13 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
 
 
 def train_step(policy, ref, optimizer, scheduler, groups: Sequence[Group], cfg: RLConfig, *, pad_id: int,
-               device=None) -> dict:
+               device=None, version: int | None = None) -> dict:
     """The trainer's work on one step's groups; returns metrics (see the module docstring)."""
     if not groups:
         return {"skipped_updates": 1, "skip_reason": "no group with signal"}
     device = device if device is not None else next(policy.parameters()).device
     started = time.perf_counter()
-    samples = build_samples(groups, policy, ref, cfg, pad_id)
+    samples = build_samples(groups, policy, ref, cfg, pad_id, version=version)
     logprobs_done = time.perf_counter()
     metrics = update_policy(policy, optimizer, scheduler, samples, algo=cfg.algo, max_tokens=cfg.rollout.max_tokens,
                             updates_per_step=cfg.train.updates_per_step,
