@@ -1,0 +1,55 @@
+"""`cluster.backend: ray`: rollout and sandbox workers as Ray actors, supervised.
+
+    ray_init.py    connect(cfg.cluster): a loopback-only local cluster, or an existing one by address
+    rollout.py     RolloutWorker actors behind RayEngine (a plain `Engine`)
+    sandbox.py     SandboxWorker actors behind RaySandbox (a `Sandbox`)
+    supervisor.py  what a dead worker is, and the one-line record of each death
+
+The recipe calls `make_engine_for(cfg, tokenizer, device)` in place of `ENGINES[...](...)`, and
+`install_sandbox_for(cfg)` once; with `cluster.backend: local` both do what the recipe did before.
+Ray is an optional extra (`pip install posttrain[ray]`): it is imported only for backend ray.
+A trainer actor is not built: the trainer stays in the driver process (or torch.distributed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_SANDBOX_WORKERS = 2
+
+
+def make_engine_for(cfg: Any, tokenizer: Any, device: Any) -> Any:
+    """The rollout engine of an RL config: `ENGINES[cfg.rollout.engine]` in this process (backend
+    local), or a `RayEngine` over `cfg.cluster.rollout_workers` actors (backend ray; connects first).
+    On a CUDA driver each worker asks Ray for one GPU and builds its engine on "cuda"."""
+    from posttrain.recipes.rl import engine_options
+    from posttrain.rollout.engine import ENGINES
+
+    options = engine_options(cfg, device)
+    if cfg.cluster.backend != "ray":
+        return ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **options)
+    from posttrain.cluster.ray_init import connect
+    from posttrain.cluster.rollout import RayEngine
+
+    connect(cfg.cluster)
+    cuda = str(options.get("device", "cpu")).startswith("cuda")
+    if "device" in options:
+        options["device"] = "cuda" if cuda else str(options["device"])  # the worker's own (Ray-assigned) GPU
+    return RayEngine(cfg.rollout.engine, cfg.model.path, tokenizer, options,
+                     workers=cfg.cluster.rollout_workers, num_cpus=1, num_gpus=1 if cuda else 0)
+
+
+def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any:
+    """Backend ray: a `RaySandbox` of `workers` actors becomes the sandbox the verifiers and
+    environments use (`verifiers.code.set_sandbox`), and is returned. Backend local: None (they
+    keep their own LocalSandbox)."""
+    if cfg.cluster.backend != "ray":
+        return None
+    from posttrain.cluster.ray_init import connect
+    from posttrain.cluster.sandbox import RaySandbox
+    from posttrain.verifiers.code import set_sandbox
+
+    connect(cfg.cluster)
+    sandbox = RaySandbox(workers=workers, max_queue=256)
+    set_sandbox(sandbox)
+    return sandbox

@@ -1,0 +1,109 @@
+"""Start or join the Ray cluster that `cluster.backend: ray` runs on.
+
+    from posttrain.cluster.ray_init import connect
+    connect(cfg.cluster)                 # address None: a local cluster on 127.0.0.1 only
+    connect(cfg.cluster, num_cpus=2)     # ... with that many CPUs (default: this machine's count)
+
+With `cluster.address` None, a local single-node cluster is started that listens on loopback only.
+Ray 2.60 binds its GCS, raylet and workers to the machine's network address even with
+`_node_ip_address="127.0.0.1"`; it uses 127.0.0.1 everywhere only when the environment variable
+`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` is set before `ray` is imported (Ray reads it into a
+module constant). `loopback_only()` sets it (and the constant, when Ray was imported already);
+the processes Ray starts inherit it. No dashboard, a short temp dir under /tmp (Ray's socket paths
+must stay under 108 bytes), a small object store, warnings only.
+
+With an address ("host:port" of a head started by `ray start --head`, or "ray://host:port" for Ray
+Client), the port is first checked with a plain TCP connect (a few seconds at most), so an
+unreachable address is one `ConfigError` line naming `cluster.address` instead of Ray's minute of
+retries. What this does not do: authenticate to a cluster, check that the port really is Ray's
+GCS (a port that accepts but is not Ray makes `ray.init` fail with Ray's own error), or stop a
+cluster it joined (`shutdown()` only disconnects from it; a local cluster it started is stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+from typing import Any
+
+from posttrain.errors import ConfigError
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+DEFAULT_OBJECT_STORE_MB = 200  # weights bigger than this spill to disk (Ray's fallback allocation)
+PROBE_TIMEOUT_S = 3.0
+
+
+def loopback_only() -> None:
+    """Make a Ray cluster started from this process use 127.0.0.1 for every socket (see above)."""
+    os.environ[LOOPBACK_ENV] = "0"
+    import sys
+
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # imported before the variable was set: its constant is already read
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """("host", port) from "host:port" or "ray://host:port"; ConfigError naming cluster.address."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"cluster.address={address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379) "
+                          "or ray://HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise a one-line ConfigError naming cluster.address when nothing accepts a TCP connection there."""
+    host, port = parse_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__).lower()
+        raise ConfigError(f"cluster.address={address!r}: no Ray cluster reachable at {host}:{port} ({why}); "
+                          "start one with `ray start --head` or leave cluster.address unset for a local "
+                          "cluster") from None
+
+
+def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
+            object_store_mb: int = DEFAULT_OBJECT_STORE_MB, temp_dir: str | None = None) -> dict:
+    """Connect this process to Ray (once; a second call returns the same). `cluster` is a
+    `ClusterConfig` (or anything with `.address`), or None for a local cluster. Returns
+    {"address", "started": bool (this call started a local cluster), "node_ip"}."""
+    address = getattr(cluster, "address", None)
+    if address is None:
+        loopback_only()
+    else:
+        probe(address)
+    import ray
+
+    if ray.is_initialized():
+        return _info(started=False)
+    quiet: dict = {"logging_level": logging.WARNING, "log_to_driver": True, "configure_logging": True}
+    if address is not None:
+        ray.init(address=address, **quiet)
+        return _info(started=False)
+    tmp = temp_dir or tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's unix sockets live here
+    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
+             _temp_dir=tmp, object_store_memory=object_store_mb << 20, _node_ip_address="127.0.0.1",
+             **quiet)
+    return _info(started=True)
+
+
+def _info(started: bool) -> dict:
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"address": ctx.gcs_address, "started": started,
+            "node_ip": ray.util.get_node_ip_address()}
+
+
+def shutdown() -> None:
+    """Disconnect (a local cluster started by `connect` stops with it)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
