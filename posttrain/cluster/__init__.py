@@ -32,11 +32,21 @@ def make_engine_for(cfg: Any, tokenizer: Any, device: Any) -> Any:
     from posttrain.cluster.rollout import RayEngine
 
     connect(cfg.cluster)
+    workers = cfg.cluster.rollout_workers
     cuda = str(options.get("device", "cpu")).startswith("cuda")
     if "device" in options:
         options["device"] = "cuda" if cuda else str(options["device"])  # the worker's own (Ray-assigned) GPU
-    return RayEngine(cfg.rollout.engine, cfg.model.path, tokenizer, options,
-                     workers=cfg.cluster.rollout_workers, num_cpus=1, num_gpus=1 if cuda else 0)
+    return RayEngine(cfg.rollout.engine, cfg.model.path, tokenizer, options, workers=workers,
+                     num_cpus=cpu_share(workers + DEFAULT_SANDBOX_WORKERS), num_gpus=1 if cuda else 0)
+
+
+def cpu_share(actors: int) -> float:
+    """Ray CPUs per actor so that `actors` of them fit the cluster at once: 1, or the cluster's CPU
+    count / actors when smaller (on a 2-core machine 2 rollout + 2 sandbox workers get 0.5 each;
+    Ray's CPUs only place actors, they do not limit what an actor uses)."""
+    import ray
+
+    return min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(1, actors))
 
 
 def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any:
@@ -50,6 +60,6 @@ def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any
     from posttrain.verifiers.code import set_sandbox
 
     connect(cfg.cluster)
-    sandbox = RaySandbox(workers=workers, max_queue=256)
+    sandbox = RaySandbox(workers=workers, max_queue=256, num_cpus=cpu_share(cfg.cluster.rollout_workers + workers))
     set_sandbox(sandbox)
     return sandbox

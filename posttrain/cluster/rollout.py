@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 import ray
 import torch
 
-from posttrain.cluster.supervisor import Fault, cause_of, death_errors, record
+from posttrain.cluster.supervisor import Fault, cause_of, death_errors, not_started, record
 from posttrain.errors import ModelLoadError, TrainingError
 from posttrain.rollout.engine import ENGINES, Completion, SamplingParams, check_batch, request_seed
 
@@ -47,12 +47,13 @@ class RolloutWorker:
     def __init__(self, index: int, engine: str, model_path: str, tokenizer: Any, options: Mapping[str, Any],
                  weights: list | None = None, version: int = 0):
         self.index, self.busy, self.loaded_from = index, False, None
+        self.calls = self.requests = 0  # generate calls and requests served by this actor
         self.engine = ENGINES[engine](model_path, tokenizer, **dict(options))
         if weights:  # a replacement: the latest weights before the first request
             self.update_weights(weights, version)
 
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        self.busy = True
+        self.busy, self.calls, self.requests = True, self.calls + 1, self.requests + len(prompts)
         try:
             return self.engine.generate(prompts, params)
         finally:
@@ -73,16 +74,20 @@ class RolloutWorker:
     @ray.method(concurrency_group="control")
     def info(self) -> dict:
         return {"index": self.index, "pid": os.getpid(), "version": int(self.engine.version), "busy": self.busy,
+                "calls": self.calls, "requests": self.requests,
                 "weights_object": self.loaded_from, "node_ip": ray.util.get_node_ip_address(),
                 "weights_precision": str(getattr(self.engine, "weights_precision", "exact"))}
 
 
 class RayEngine:
     """Implements `Engine` over N `RolloutWorker` actors (see the module docstring).
-    `num_cpus` / `num_gpus` are each worker's Ray resources (num_gpus=1: Ray gives it one GPU)."""
+    `num_cpus` / `num_gpus` are each worker's Ray resources (num_gpus=1: Ray gives it one GPU); a
+    worker not serving within `start_timeout_s` (not placeable, or its engine still loading) fails
+    the start with one line."""
 
     def __init__(self, engine: str, model_path: str, tokenizer: Any = None, options: Mapping[str, Any] | None = None,
-                 *, workers: int = 1, num_cpus: float = 1, num_gpus: float = 0):
+                 *, workers: int = 1, num_cpus: float = 1, num_gpus: float = 0,
+                 start_timeout_s: float = 600.0):
         if engine not in ENGINES:
             from posttrain.errors import ConfigError
 
@@ -95,6 +100,7 @@ class RayEngine:
         self._resources = {"num_cpus": num_cpus, "num_gpus": num_gpus}
         self._weights: Any = None  # ObjectRef of the latest state dict (None: the model path's weights)
         self._lock = threading.Lock()
+        self.start_timeout_s = start_timeout_s
         self.version = 0
         self.faults: list[Fault] = []
         self.requeued = 0  # requests re-submitted after deaths, over this engine's life
@@ -103,7 +109,10 @@ class RayEngine:
         self._workers: list[Any] = []
         for i, actor in enumerate(actors):
             try:
-                ray.get(actor.info.remote())
+                ray.get(actor.info.remote(), timeout=self.start_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                self.close(actors)
+                raise not_started("rollout", i, self.start_timeout_s, self._resources) from None
             except death_errors() as e:
                 self.close(actors)
                 raise ModelLoadError(f"rollout worker {i} could not start {engine!r} on {self.model_path}: "
@@ -159,7 +168,8 @@ class RayEngine:
     # ---- supervision and introspection
 
     def worker_info(self) -> list[dict]:
-        """Per worker: index, pid, version, busy, weights_object (the ObjectRef hex it loaded), node_ip."""
+        """Per worker: index, pid, version, busy, calls, requests, weights_object (the ObjectRef hex it
+        loaded last), node_ip, weights_precision."""
         return ray.get([a.info.remote() for a in self._workers])
 
     def close(self, actors: list | None = None) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import ray
 
-from posttrain.cluster.supervisor import Fault, cause_of, death_errors, record
+from posttrain.cluster.supervisor import Fault, cause_of, death_errors, not_started, record
 from posttrain.sandbox import LocalSandbox, RunRequest, RunResult, SandboxError
 from posttrain.sandbox.workdir import validate
 
@@ -58,12 +58,14 @@ class RaySandbox:
     """Implements `Sandbox` (run, arun, metrics, close) over N `SandboxWorker` actors."""
 
     def __init__(self, workers: int = 2, *, slots: int = 1, max_queue: int = 64,
-                 isolation: Literal["bwrap", "none"] = "bwrap", num_cpus: float = 1):
+                 isolation: Literal["bwrap", "none"] = "bwrap", num_cpus: float = 1,
+                 start_timeout_s: float = 120.0):
         if workers < 1 or slots < 1:
             raise ValueError("RaySandbox: workers and slots must be >= 1")
         self._args = (slots, max_queue, isolation)
-        self._options = {"num_cpus": num_cpus, "max_concurrency": slots + 1}
+        self._options = {"num_cpus": num_cpus, "max_concurrency": slots}
         self._lock = threading.Lock()
+        self.start_timeout_s = start_timeout_s
         self._turn = itertools.count()
         self.faults: list[Fault] = []
         self.reran = 0  # calls re-run on a replacement, over this sandbox's life
@@ -71,7 +73,10 @@ class RaySandbox:
         self._generation = [0] * workers  # bumped at each replacement of that worker
         for i, actor in enumerate(self._workers):
             try:
-                ray.get(actor.info.remote())
+                ray.get(actor.info.remote(), timeout=self.start_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                self.close()
+                raise not_started("sandbox", i, self.start_timeout_s, self._options) from None
             except death_errors() as e:
                 self.close()
                 raise SandboxError(f"sandbox worker {i} could not start: {cause_of(e)}") from None

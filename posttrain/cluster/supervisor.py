@@ -36,6 +36,18 @@ def cause_of(exc: BaseException) -> str:
     return (first[:157] + "...") if len(first) > 160 else first
 
 
+def not_started(role: str, index: int, timeout_s: float, resources: dict) -> Exception:
+    """The one-line error for a worker that did not come up within `timeout_s`."""
+    import ray
+
+    from posttrain.errors import ConfigError
+
+    asked = {k: v for k, v in resources.items() if k in ("num_cpus", "num_gpus") and v}
+    have = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+    return ConfigError(f"cluster: {role} worker {index} did not start within {timeout_s:g}s (each asks "
+                       f"for {asked or 'no resources'}; the cluster has {have or 'none'} free)")
+
+
 @dataclass
 class Fault:
     """One dead worker: its role ("rollout" | "sandbox"), index, cause, what was re-queued."""

@@ -1,0 +1,67 @@
+"""connect(): a local cluster whose every socket is on loopback, and one-line errors for a Ray
+address that cannot be reached or read."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from posttrain.config_cluster import ClusterConfig
+from posttrain.errors import ConfigError
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def _ray_processes() -> list[psutil.Process]:
+    """This driver and everything it started: GCS, raylet, the dashboard agents, the workers."""
+    me = psutil.Process(os.getpid())
+    return [me, *me.children(recursive=True)]
+
+
+def test_every_ray_socket_is_on_loopback(ray_cluster):
+    import ray
+
+    @ray.remote(num_cpus=0.5)
+    class Echo:
+        def pid(self) -> int:
+            return os.getpid()
+
+    actor = Echo.remote()
+    actor_pid = ray.get(actor.pid.remote())
+    assert ray_cluster["node_ip"] == "127.0.0.1" and ray_cluster["address"].startswith("127.0.0.1:")
+    procs = _ray_processes()
+    pids = {p.pid for p in procs}
+    assert actor_pid in pids
+    names = {p.name() for p in procs}
+    assert {"gcs_server", "raylet"} <= names, names
+    conns = [c for c in psutil.net_connections(kind="inet") if c.pid in pids]
+    listening = [c for c in conns if c.status == psutil.CONN_LISTEN]
+    assert len(listening) >= 3, listening  # GCS, raylet, object manager at least: the check is not vacuous
+    assert {c.pid for c in listening} >= {p.pid for p in procs if p.name() in ("gcs_server", "raylet")}
+    off = [(c.pid, c.laddr, c.raddr) for c in conns
+           if c.laddr.ip not in LOOPBACK or (c.raddr and c.raddr.ip not in LOOPBACK)]
+    assert off == []
+    ray.kill(actor)
+
+
+def test_an_unreachable_address_is_one_line_naming_the_field_fast():
+    from posttrain.cluster.ray_init import connect
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        connect(ClusterConfig(backend="ray", address="127.0.0.1:1"))
+    assert time.monotonic() - started < 5
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("cluster.address='127.0.0.1:1'") and "refused" in msg
+
+
+@pytest.mark.parametrize("address", ["localhost", "10.0.0.1:notaport", ":6379", "10.0.0.1:70000"])
+def test_a_malformed_address_is_one_line_naming_the_field(address):
+    from posttrain.cluster.ray_init import connect
+
+    with pytest.raises(ConfigError) as e:
+        connect(ClusterConfig(backend="ray", address=address))
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"cluster.address={address!r}: expected HOST:PORT")
