@@ -114,3 +114,25 @@ def test_a_worker_killed_mid_batch_is_replaced_on_the_latest_weights_and_only_it
     assert (after[1]["calls"], after[1]["requests"]) == (1, 8)  # the replacement served the dead shard once
     assert after[0]["calls"] == calls0 + 1  # worker 0's shard was not re-run
     assert engine.requeued >= 8
+
+
+def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_model_dir, tiny_tokenizer, batch):
+    from posttrain.cluster import install_sandbox_for, make_engine_for
+    from posttrain.cluster.rollout import RayEngine
+    from posttrain.config import RLConfig, load_config
+    from posttrain.rollout.paged import PagedEngine
+
+    base = [f"model.path={tiny_model_dir}", "rollout.engine=paged", "model.dtype=float32"]
+    local_cfg = load_config(RLConfig, None, base)
+    assert isinstance(make_engine_for(local_cfg, tiny_tokenizer, torch.device("cpu")), PagedEngine)
+    assert install_sandbox_for(local_cfg) is None
+    ray_cfg = load_config(RLConfig, None, [*base, "cluster.backend=ray", "cluster.rollout_workers=1"])
+    eng = make_engine_for(ray_cfg, tiny_tokenizer, torch.device("cpu"))  # joins the running cluster
+    try:
+        assert isinstance(eng, RayEngine) and len(eng.worker_info()) == 1
+        prompts, params = batch
+        seeded = [p for p in params if p.seed is not None]
+        local = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, **OPTIONS)
+        same(eng.generate(prompts[:len(seeded)], seeded), local.generate(prompts[:len(seeded)], seeded))
+    finally:
+        eng.close()
