@@ -136,3 +136,21 @@ def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_mod
         same(eng.generate(prompts[:len(seeded)], seeded), local.generate(prompts[:len(seeded)], seeded))
     finally:
         eng.close()
+
+
+def test_the_async_client_of_the_recipe_drives_it_unchanged(engine, batch):
+    import asyncio
+
+    from posttrain.rollout.client import AsyncEngine
+
+    prompts, params = batch
+    prompts, params = prompts[:2] + prompts[3:], params[:2] + params[3:]  # seeded ones
+
+    async def episodes():
+        async with AsyncEngine(engine) as client:
+            out = await asyncio.gather(*(client.generate_versioned(p, q) for p, q in zip(prompts, params)))
+            return [c for c, _ in out], {v for _, v in out}
+
+    completions, versions = asyncio.run(episodes())
+    assert versions == {engine.version}
+    assert [c.token_ids for c in completions] == [c.token_ids for c in engine.generate(prompts, params)]
