@@ -4,11 +4,12 @@
     rollout.py     RolloutWorker actors behind RayEngine (a plain `Engine`)
     sandbox.py     SandboxWorker actors behind RaySandbox (a `Sandbox`)
     supervisor.py  what a dead worker is, and the one-line record of each death
+    trainer.py     RayTrainer: train_step in an actor holding policy + optimizer (not wired, not supervised)
 
 The recipe calls `make_engine_for(cfg, tokenizer, device)` in place of `ENGINES[...](...)`, and
 `install_sandbox_for(cfg)` once; with `cluster.backend: local` both do what the recipe did before.
 Ray is an optional extra (`pip install posttrain[ray]`): it is imported only for backend ray.
-A trainer actor is not built: the trainer stays in the driver process (or torch.distributed).
+The recipe does not use the trainer actor yet: its trainer stays in the driver (or torch.distributed).
 """
 
 from __future__ import annotations
