@@ -138,19 +138,24 @@ def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_mod
         eng.close()
 
 
-def test_the_async_client_of_the_recipe_drives_it_unchanged(engine, batch):
+def test_the_async_client_of_the_recipe_drives_it_unchanged(engine, batch, sharp_state):
     import asyncio
 
     from posttrain.rollout.client import AsyncEngine
+    from posttrain.rollout.weight_sync import InProcessTransport
 
     prompts, params = batch
     prompts, params = prompts[:2] + prompts[3:], params[:2] + params[3:]  # seeded ones
+    transport = InProcessTransport()
+    target = engine.version + 1
+    transport.send(sharp_state, target)
 
     async def episodes():
         async with AsyncEngine(engine) as client:
+            await client.sync_weights(transport, target, pause="abort")  # the recipe's weight sync
             out = await asyncio.gather(*(client.generate_versioned(p, q) for p, q in zip(prompts, params)))
             return [c for c, _ in out], {v for _, v in out}
 
     completions, versions = asyncio.run(episodes())
-    assert versions == {engine.version}
+    assert versions == {target} and [i["version"] for i in engine.worker_info()] == [target, target]
     assert [c.token_ids for c in completions] == [c.token_ids for c in engine.generate(prompts, params)]
