@@ -86,11 +86,19 @@ def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int |
     if address is not None:
         ray.init(address=address, **quiet)
         return _info(started=False)
+    global _made_tmp
     tmp = temp_dir or tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's unix sockets live here
+    _made_tmp = None if temp_dir else tmp
     ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
              _temp_dir=tmp, object_store_memory=object_store_mb << 20, _node_ip_address="127.0.0.1",
              **quiet)
+    import atexit
+
+    atexit.register(shutdown)  # the driver's exit stops the local cluster and removes its temp dir
     return _info(started=True)
+
+
+_made_tmp: str | None = None  # the temp dir `connect` made for its local cluster (removed by `shutdown`)
 
 
 def _info(started: bool) -> dict:
@@ -102,8 +110,14 @@ def _info(started: bool) -> dict:
 
 
 def shutdown() -> None:
-    """Disconnect (a local cluster started by `connect` stops with it)."""
+    """Disconnect (a local cluster started by `connect` stops with it, and its temp dir is removed)."""
+    import shutil
+
     import ray
 
+    global _made_tmp
     if ray.is_initialized():
         ray.shutdown()
+    if _made_tmp is not None:
+        shutil.rmtree(_made_tmp, ignore_errors=True)
+        _made_tmp = None
