@@ -30,9 +30,10 @@ def make_engine_for(cfg: Any, tokenizer: Any, device: Any) -> Any:
     if cfg.cluster.backend != "ray":
         return ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **options)
     from posttrain.cluster.ray_init import connect
+
+    connect(cfg.cluster)  # before anything imports ray (it reads its environment at import)
     from posttrain.cluster.rollout import RayEngine
 
-    connect(cfg.cluster)
     workers = cfg.cluster.rollout_workers
     cuda = str(options.get("device", "cpu")).startswith("cuda")
     if "device" in options:
@@ -57,10 +58,11 @@ def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any
     if cfg.cluster.backend != "ray":
         return None
     from posttrain.cluster.ray_init import connect
+
+    connect(cfg.cluster)  # before anything imports ray
     from posttrain.cluster.sandbox import RaySandbox
     from posttrain.verifiers.code import set_sandbox
 
-    connect(cfg.cluster)
     sandbox = RaySandbox(workers=workers, max_queue=256, num_cpus=cpu_share(cfg.cluster.rollout_workers + workers))
     set_sandbox(sandbox)
     return sandbox

@@ -13,11 +13,12 @@ the processes Ray starts inherit it. No dashboard, a short temp dir under /tmp (
 must stay under 108 bytes), a small object store, warnings only.
 
 With an address ("host:port" of a head started by `ray start --head`, or "ray://host:port" for Ray
-Client), the port is first checked with a plain TCP connect (a few seconds at most), so an
-unreachable address is one `ConfigError` line naming `cluster.address` instead of Ray's minute of
-retries. What this does not do: authenticate to a cluster, check that the port really is Ray's
-GCS (a port that accepts but is not Ray makes `ray.init` fail with Ray's own error), or stop a
-cluster it joined (`shutdown()` only disconnects from it; a local cluster it started is stopped).
+Client), the port is first probed (a TCP connect and an HTTP/2 preface, 3 s each at most: Ray's
+GCS is a gRPC server), so an unreachable address, or a port that is not a gRPC server, is one
+`ConfigError` line naming `cluster.address` instead of Ray's minutes of retries. What this does
+not do: authenticate to a cluster, tell Ray's GCS from another gRPC server (that one fails in
+`ray.init`, slowly), or stop a cluster it joined (`shutdown()` only disconnects from it; a local
+cluster it started is stopped).
 """
 
 from __future__ import annotations
@@ -55,17 +56,54 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Raise a one-line ConfigError naming cluster.address when nothing accepts a TCP connection there."""
-    host, port = parse_address(address)
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS frame
+
+
+def _auth_from_token() -> None:
+    """Joining a cluster: send Ray's auth token when one is configured (RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and RAY_AUTH_MODE is unset. Ray 2.60 turns token
+    auth on for clusters it starts (`ray start --head` included) but, joining one by address,
+    sends no token unless RAY_AUTH_MODE=token."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise a one-line ConfigError naming cluster.address unless a gRPC (HTTP/2) server answers
+    there within `timeout_s`: Ray's GCS and Ray Client both are one. Nothing listening, a timeout,
+    or a server that does not answer an HTTP/2 preface with a SETTINGS frame all fail here,
+    instead of in `ray.init`, which retries for minutes."""
+    host, port = parse_address(address)
+    fix = "start one with `ray start --head` or leave cluster.address unset for a local cluster"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as e:
         why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__).lower()
-        raise ConfigError(f"cluster.address={address!r}: no Ray cluster reachable at {host}:{port} ({why}); "
-                          "start one with `ray start --head` or leave cluster.address unset for a local "
-                          "cluster") from None
+        raise ConfigError(f"cluster.address={address!r}: no Ray cluster reachable at {host}:{port} ({why}); {fix}") from None
+    with sock:
+        try:
+            sock.settimeout(timeout_s)
+            sock.sendall(_H2_PREFACE)
+            head = sock.recv(9)
+        except OSError:
+            head = b""
+    if len(head) < 4 or head[3] != 4:  # an HTTP/2 server's first frame is SETTINGS (type 4)
+        raise ConfigError(f"cluster.address={address!r}: {host}:{port} accepts connections but is not a Ray "
+                          f"cluster (no gRPC answer within {timeout_s:g}s); {fix}")
 
 
 def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
@@ -74,17 +112,24 @@ def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int |
     `ClusterConfig` (or anything with `.address`), or None for a local cluster. Returns
     {"address", "started": bool (this call started a local cluster), "node_ip"}."""
     address = getattr(cluster, "address", None)
-    if address is None:
-        loopback_only()
-    else:
+    if address is not None:
         probe(address)
+    if address is None or _is_loopback(parse_address(address)[0]):
+        loopback_only()  # else Ray would resolve 127.0.0.1 to this machine's network address
+    if address is not None:
+        _auth_from_token()  # before Ray is imported: it reads RAY_AUTH_MODE then
     import ray
 
     if ray.is_initialized():
         return _info(started=False)
     quiet: dict = {"logging_level": logging.WARNING, "log_to_driver": True, "configure_logging": True}
     if address is not None:
-        ray.init(address=address, **quiet)
+        try:
+            ray.init(address=address, **quiet)
+        except ConnectionError as e:
+            raise ConfigError(f"cluster.address={address!r}: Ray did not accept this driver "
+                              f"({str(e).splitlines()[0] if str(e) else 'connection error'}); with token "
+                              "authentication, give it the cluster's token (RAY_AUTH_TOKEN)") from None
         return _info(started=False)
     global _made_tmp
     tmp = temp_dir or tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's unix sockets live here

@@ -65,3 +65,24 @@ def test_a_malformed_address_is_one_line_naming_the_field(address):
     with pytest.raises(ConfigError) as e:
         connect(ClusterConfig(backend="ray", address=address))
     assert "\n" not in str(e.value) and str(e.value).startswith(f"cluster.address={address!r}: expected HOST:PORT")
+
+
+def test_a_port_that_is_not_ray_is_one_line_fast_and_a_real_head_passes_the_probe(ray_cluster):
+    import socket
+    import threading
+
+    from posttrain.cluster.ray_init import connect, probe
+
+    probe(ray_cluster["address"])  # the running cluster's GCS answers as gRPC: no error
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    threading.Thread(target=silent.accept, daemon=True).start()  # accepts, never answers
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        connect(ClusterConfig(backend="ray", address=address))
+    assert time.monotonic() - started < 6
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"cluster.address={address!r}: ")
+    assert "is not a Ray cluster" in str(e.value)
+    silent.close()
