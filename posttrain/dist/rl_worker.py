@@ -71,7 +71,7 @@ def _rank_main(rank: int, world: int, cfg, total_updates: int, pad_id: int) -> N
         if cmd[0] == "stop":
             return
         if cmd[0] == "step":
-            dist_train_step(policy, ref, optimizer, scheduler, None, cfg, pad_id=pad_id, device=device)
+            dist_train_step(policy, ref, optimizer, scheduler, None, cfg, pad_id=pad_id, device=device, version=cmd[1])
         elif cmd[0] == "state":
             full_state_dict(policy)
         elif cmd[0] == "save":
@@ -106,10 +106,11 @@ class DistTrainer:
             self.ranks.check()  # a worker died: name it
             raise TrainingError(f"trainer rank 0: {' '.join(str(e).split())[:300]}") from None
 
-    def train_step(self, groups) -> dict:
+    def train_step(self, groups, version: int | None = None) -> dict:
         """dist_train_step on `groups` over all ranks; the global metrics."""
-        return self._call(("step",), lambda: dist_train_step(self.policy, self.ref, self.optimizer, self.scheduler,
-                                                             groups, self.cfg, pad_id=self.pad_id, device=self.device))
+        return self._call(("step", version), lambda: dist_train_step(
+            self.policy, self.ref, self.optimizer, self.scheduler, groups, self.cfg, pad_id=self.pad_id,
+            device=self.device, version=version))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full current weights (for engine.update_weights, save_pretrained)."""

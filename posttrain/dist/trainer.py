@@ -262,8 +262,9 @@ def global_clip(model, max_norm: float) -> float:
 
 
 def dist_train_step(policy: DistPolicy, ref, optimizer, scheduler, groups: Sequence[Group] | None, cfg: RLConfig,
-                    *, pad_id: int, device=None, src: int = 0) -> dict:
-    """`train_step` on every rank (rank `src`'s groups); returns the global metrics on every rank."""
+                    *, pad_id: int, device=None, src: int = 0, version: int | None = None) -> dict:
+    """`train_step` on every rank (rank `src`'s groups); returns the global metrics on every rank.
+    `version`: the trainer's policy version (fresh tokens older than it are corrected off-policy)."""
     import time
 
     groups = broadcast_groups(groups, src)
@@ -271,7 +272,7 @@ def dist_train_step(policy: DistPolicy, ref, optimizer, scheduler, groups: Seque
         return {"skipped_updates": 1, "skip_reason": "no group with signal"}
     device = device if device is not None else next(policy.model.parameters()).device
     started = time.perf_counter()
-    samples = build_samples(groups, policy, ref, cfg, pad_id, logprobs=sharded_logprobs)
+    samples = build_samples(groups, policy, ref, cfg, pad_id, logprobs=sharded_logprobs, version=version)
     logprobs_done = time.perf_counter()
     metrics = update_policy(policy, optimizer, scheduler, samples, algo=cfg.algo, max_tokens=cfg.rollout.max_tokens,
                             updates_per_step=cfg.train.updates_per_step,

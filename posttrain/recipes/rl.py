@@ -34,6 +34,7 @@ weights passed at sync.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ from posttrain.eval.suite import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_eval import domain_metrics
 from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, staleness_metrics, step_metrics, warn
-from posttrain.rollout.engine import ENGINES
+from posttrain.cluster import install_sandbox_for, make_engine_for
 from posttrain.rollout.weight_sync import make_transport, receive_and_swap
 from posttrain.scheduler.core import Scheduler, make_curricula
 from posttrain.scheduler.groups import StepContext, replay_metrics
@@ -103,6 +104,11 @@ def build_metrics(seconds: float) -> dict[str, float]:
 
 
 def run(cfg: RLConfig, resume: bool = False) -> Path:
+    with contextlib.ExitStack() as stack:  # the distributed trainer's ranks stop however the run ends
+        return _run(cfg, resume, stack)
+
+
+def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
     out_dir, t = Path(cfg.out_dir), cfg.train
     ckpt = resume_point(out_dir, resume)
     seed_everything(t.seed)
@@ -117,17 +123,40 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     build = build_metrics(time.perf_counter() - built)
 
     # 2. models: policy (fp32 master weights), reference only when KL is on, the rollout engine
+    #    (cluster.trainer ddp / fsdp2: the trainer's ranks, this process being rank 0: posttrain/dist/)
     tokenizer = load_tokenizer(cfg.model.path)
-    policy = load_model(cfg.model.path, dtype="float32", device=device)
-    if cfg.model.lora is not None:
-        policy = apply_lora(policy, cfg.model.lora)
-    ref = None
-    if cfg.algo.kl_coef > 0:
-        ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
+    trainer = host = None
+    if cfg.cluster.trainer != "single":
+        from posttrain.dist.rl_worker import spawn_trainer_ranks
+        trainer = spawn_trainer_ranks(cfg, total_updates=t.steps * t.updates_per_step,
+                                      pad_id=tokenizer.pad_token_id, device=device)
+        stack.callback(trainer.close)
+        policy, ref, optimizer, scheduler = trainer.model, trainer.ref, trainer.optimizer, trainer.scheduler
+        if trainer.policy.kind == "fsdp2":  # rank 0's shards: a whole copy for checkpoints and export
+            host = load_model(cfg.model.path, dtype="float32", device=device)
+    else:
+        policy = load_model(cfg.model.path, dtype="float32", device=device)
+        if cfg.model.lora is not None:
+            policy = apply_lora(policy, cfg.model.lora)
+        ref = None
+        if cfg.algo.kl_coef > 0:
+            ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
+        optimizer = build_optimizer(policy, cfg.optim)
+        scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     ref_id = model_identity(cfg.model.path) if ref is not None else None
-    engine = ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **engine_options(cfg, device))
-    optimizer = build_optimizer(policy, cfg.optim)
-    scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
+    # cluster.backend=ray: rollout workers and sandbox workers are Ray actors (posttrain/cluster/)
+    engine = make_engine_for(cfg, tokenizer, device)
+    install_sandbox_for(cfg)
+
+    def whole_model():
+        """The policy as one plain model (FSDP2: gathered into `host`)."""
+        if host is not None:
+            host.load_state_dict(trainer.full_state_dict())
+            return host
+        return policy
+
+    def engine_weights() -> dict:
+        return trainer.full_state_dict() if host is not None else engine_state_dict(policy)
     b = cfg.buffer
     buffer = ReplayBuffer(b.capacity, b.per_domain_quota, b.min_score) if b.enabled else None
     if buffer is not None and b.load_from:
@@ -143,12 +172,14 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         if state.get("reference") != ref_id:
             raise CheckpointError(f"{ckpt}: saved with reference model {state.get('reference')}, now {ref_id}")
         step, bad.streak = state["step"], state["bad_streak"]
+        if trainer is not None:  # every rank's model, optimizer and schedule
+            trainer.load(ckpt / "trainer")
         auditor.load_state_dict(state["audit"], step)
         suites.load_state_dict(state.get("suites"))
         mixture.load_state_dict(state["mixture"])
         if buffer is not None:
             buffer = ReplayBuffer.load(ckpt / "replay")
-        engine.update_weights(engine_state_dict(policy), step)
+        engine.update_weights(engine_weights(), step)
         console.print(f"resuming from {ckpt} (step {step})")
     ctx = StepContext(cfg, engine, tokenizer, mixture, buffer, stop_ids=tuple(stop_ids(tokenizer)), version=step)
     sched = Scheduler(ctx, make_curricula(cfg.tasks, mixture))
@@ -165,11 +196,13 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
     schedule = cfg.rollout.temperature
 
     def checkpoint() -> None:
-        save_checkpoint(out_dir, step, model=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+        extra = {"scheduler": sched.save, **({"replay": buffer.save} if buffer is not None else {}),
+                 **({"trainer": trainer.save} if trainer is not None else {})}
+        save_checkpoint(out_dir, step, model=whole_model(), tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
                         state={"mixture": mixture.state_dict(), "bad_streak": bad.streak, "reference": ref_id,
                                "audit": auditor.state_dict(), "suites": suites.state_dict()},
                         config=cfg, keep_last=t.keep_last,
-                        extra={"scheduler": sched.save, **({"replay": buffer.save} if buffer is not None else {})})
+                        extra=extra)
 
     def held_out_eval(timer: PhaseTimer) -> dict:
         with timer("eval"):
@@ -189,7 +222,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
         if step == 0:
             timer = PhaseTimer()
             first = held_out_eval(timer)
-            suites.maybe_save_best(0, first, policy, tokenizer)
+            suites.maybe_save_best(0, first, whole_model(), tokenizer)
             logger.log(0, {**first, **timer.metrics(), **build})
         while step < t.steps:
             timer, index = PhaseTimer(), step  # index: this step's 0-based number
@@ -204,9 +237,12 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                 threads.for_phase("update", index)
 
                 def update(batch=batch, version=step):
-                    out = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
-                                     pad_id=tokenizer.pad_token_id, device=device, version=version)
-                    transport.send(engine_state_dict(policy), version + 1)
+                    if trainer is not None:
+                        out = trainer.train_step(batch.kept, version) if batch.kept else {"skipped_updates": 1}
+                    else:
+                        out = train_step(policy, ref, optimizer, scheduler, batch.kept, cfg,
+                                         pad_id=tokenizer.pad_token_id, device=device, version=version)
+                    transport.send(engine_weights(), version + 1)
                     return out, transport, version + 1
 
                 if staleness > 0 and step + 1 < t.steps and not cap.reached():
@@ -228,7 +264,7 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                 out_of_time = cap.reached()
                 evaluated = held_out_eval(timer) if step % t.eval_every == 0 or step == t.steps or out_of_time else {}
                 verdict = suites.check(step, evaluated)
-                suites.maybe_save_best(step, evaluated, policy, tokenizer, verdict)
+                suites.maybe_save_best(step, evaluated, whole_model(), tokenizer, verdict)
                 monitored, alerts = auditor.flush()
             metrics = step_metrics(
                 batch.stats, sample_stats, replay_metrics(batch.kept, step), trained,
@@ -260,6 +296,6 @@ def run(cfg: RLConfig, resume: bool = False) -> Path:
                 break
 
     # 5. export
-    final = export_final(policy, tokenizer, out_dir, dtype)
+    final = export_final(whole_model(), tokenizer, out_dir, dtype)
     console.print(f"rl: {step} steps; final model in {final}")
     return final
