@@ -107,9 +107,6 @@ def _rl_args(smol: Path, out: Path) -> list[str]:
             "logging.tensorboard=false", "logging.progress=false"]
 
 
-@pytest.mark.xfail(reason="since the scheduler (issue 17) a resumed step on SmolLM2 differs from the uninterrupted "
-                   "run in the 7th digit (loss, entropy, grad_norm; same tokens and rewards); cause not found yet, "
-                   "docs/LOG.md", strict=False)
 def test_rl_steps_on_the_real_model_resume_exactly_after_kill9(smol, tmp_path):
     whole = subprocess.run(_rl_args(smol, tmp_path / "whole"), cwd=REPO, env=ENV, capture_output=True, text=True,
                            timeout=900)
