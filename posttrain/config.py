@@ -286,6 +286,12 @@ class RewardConfig(Strict):
     length_target: int | None = Field(None, gt=0)  # penalise tokens beyond this ...
     length_weight: float = Field(0.0, ge=0)  # ... by weight x excess / target
     verify_workers: int | None = Field(None, gt=0)  # threads verifying a step's samples (default 2 per core)
+    # the `code` verifier's sandbox: None = bubblewrap on this host; else a SandboxFusion-compatible
+    # endpoint (`posttrain sandbox serve` or SandboxFusion), retried on infrastructure faults with
+    # exponential backoff; when it stays unreachable the samples are left unscored and reported
+    sandbox_url: str | None = None
+    sandbox_retries: int = Field(3, ge=0)
+    sandbox_backoff_s: float = Field(0.5, ge=0)
 
 
 class MonitorConfig(Strict):

@@ -147,6 +147,12 @@ def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
     # cluster.backend=ray: rollout workers and sandbox workers are Ray actors (posttrain/cluster/)
     engine = make_engine_for(cfg, tokenizer, device)
     install_sandbox_for(cfg)
+    if cfg.reward.sandbox_url:  # a remote sandbox for the code verifier (sandbox/client.py: retries, then an error)
+        from posttrain.sandbox.client import RemoteSandbox
+        from posttrain.verifiers.code import set_sandbox
+
+        set_sandbox(RemoteSandbox(cfg.reward.sandbox_url, retries=cfg.reward.sandbox_retries,
+                                  backoff=cfg.reward.sandbox_backoff_s))
 
     def whole_model():
         """The policy as one plain model (FSDP2: gathered into `host`)."""
