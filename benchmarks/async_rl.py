@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,7 +55,8 @@ def tiny_model(out: Path) -> str:
 def run(mode: str, model: str, out: Path, args) -> dict:
     tasks = [{"name": "chain_sum", "options": {"min_terms": 2, "max_terms": 3, "max_digits": 1},
               "eval_tasks": args.eval_tasks, "holdout": 400, "verifiers": ["numeric"]}]
-    run_dir = out / mode
+    run_dir = out / f"{mode}-{Path(model).name}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run every time
     cmd = [sys.executable, "-m", "posttrain.cli", "rl", f"model.path={model}", f"out_dir={run_dir}",
            f"tasks={json.dumps(tasks)}", f"rollout.prompts_per_step={args.prompts}", "rollout.samples_per_prompt=4",
            f"rollout.max_tokens={args.max_tokens}", f"train.steps={args.steps}", f"train.eval_every={args.steps}",
