@@ -44,3 +44,36 @@ def test_kill9_mid_run_then_resume_equals_uninterrupted_run(tmp_path, tiny_model
     assert any(r.get("kl", 0) > 0 for r in got)
     for w, g in zip(want, got):
         assert w == g, f"step {w['step']} differs: " + str({k: (w.get(k), g.get(k)) for k in w if w.get(k) != g.get(k)})
+
+
+def test_resume_at_a_data_epoch_boundary_trains_the_remaining_steps(tmp_path, tiny_model_dir):
+    """16 tasks, 8 held out: one pass over the 8 training tasks is about 2 steps of 4 prompts (no
+    backfill, no replay); the run is resumed from a checkpoint whose cursor sits exactly on a pass
+    boundary: it reshuffles the next pass as the uninterrupted run does and trains the remaining steps
+    the same."""
+    import json
+    import shutil
+
+    from posttrain.config import RLConfig, load_config
+    from posttrain.recipes import rl
+
+    steps, train_tasks = 6, 8
+    tasks = write_tasks(tmp_path / "tasks.jsonl", n=16)
+    common = {"train.steps": steps, "train.save_every": 1, "train.keep_last": steps, "train.eval_every": 100,
+              "optim.lr": 1e-2, "dynamic_sampling.enabled": "false", "buffer.replay_ratio": 0.0}
+    rl.run(load_config(RLConfig, None, overrides(tiny_model_dir, tasks, tmp_path / "whole", **common)))
+    ckpts = tmp_path / "whole" / "checkpoints"
+    cursor = {s: json.loads((ckpts / f"step-{s:08d}" / "state.json").read_text())["mixture"]["toy"]["cursor"]
+              for s in range(1, steps)}
+    boundary = [s for s in range(2, steps) if cursor[s] % train_tasks == 0]
+    assert boundary, f"no checkpoint on a pass boundary: cursors {cursor}"
+    at = boundary[-1]
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")  # what a run killed after that checkpoint leaves
+    shutil.rmtree(tmp_path / "cut" / "final")
+    for s in range(at + 1, steps + 1):
+        shutil.rmtree(tmp_path / "cut" / "checkpoints" / f"step-{s:08d}")
+    rl.run(load_config(RLConfig, None, overrides(tiny_model_dir, tasks, tmp_path / "cut", **common)), resume=True)
+    want = without_clock(read_metrics(tmp_path / "whole" / "metrics.jsonl"))
+    got = without_clock(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
+    assert [r["step"] for r in got] == list(range(steps + 1))
+    assert got == want
