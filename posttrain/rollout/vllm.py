@@ -141,8 +141,27 @@ class VLLMEngine:
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], vllm_params, use_tqdm=False)
         return [completion_from_output(o.outputs[0]) for o in outputs]
 
+    @property
+    def sleeping(self) -> bool:
+        return getattr(self, "_asleep", False)
+
+    def pause(self) -> None:
+        """Before a colocated trainer's update: with `enable_sleep_mode=True`, vLLM's sleep level 1
+        (weights offloaded to CPU, the KV cache dropped: the GPU memory goes to the trainer); without
+        it nothing is freed. The async client (rollout/client.py) already holds requests meanwhile."""
+        if self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode and not self.sleeping:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def resume(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self._asleep = False
+
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Load `state_dict` (HF parameter names) into vLLM's model in place, then set `version`."""
+        """Load `state_dict` (HF parameter names) into vLLM's model in place, then set `version`
+        (a paused engine is woken first, as loading needs its weights on the GPU)."""
+        self.resume()
         model = _inprocess_model(self.llm)
         if model is not None:
             model.load_weights(weights=iter(state_dict.items()))
