@@ -32,16 +32,10 @@ from posttrain.errors import ConfigError, TrainingError
 
 def build_parts(cfg, total_updates: int, device) -> tuple:
     """(policy: DistPolicy, ref or None, optimizer, scheduler) of this rank, same init on every rank."""
-    from posttrain.train.model import load_model
+    from posttrain.train.model import load_policy
     from posttrain.train.optim import build_optimizer, build_scheduler
 
-    model = load_model(cfg.model.path, dtype="float32", device=device)
-    if cfg.model.lora is not None:
-        from posttrain.train.lora import apply_lora
-        model = apply_lora(model, cfg.model.lora)
-    ref = None
-    if cfg.algo.kl_coef > 0:
-        ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
+    model, ref = load_policy(cfg, device)
     policy = wrap_policy(model, cfg.cluster.trainer)
     optimizer = build_optimizer(policy.model, cfg.optim)
     return policy, ref, optimizer, build_scheduler(optimizer, cfg.optim, total_updates)

@@ -60,8 +60,7 @@ from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.telemetry.timer import PhaseTimer
-from posttrain.train.lora import apply_lora
-from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.train.model import load_model, load_policy, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.run import export_final, seed_everything
 from posttrain.train.step import train_step
@@ -135,12 +134,7 @@ def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
         if trainer.policy.kind == "fsdp2":  # rank 0's shards: a whole copy for checkpoints and export
             host = load_model(cfg.model.path, dtype="float32", device=device)
     else:
-        policy = load_model(cfg.model.path, dtype="float32", device=device)
-        if cfg.model.lora is not None:
-            policy = apply_lora(policy, cfg.model.lora)
-        ref = None
-        if cfg.algo.kl_coef > 0:
-            ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
+        policy, ref = load_policy(cfg, device)
         optimizer = build_optimizer(policy, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     ref_id = model_identity(cfg.model.path) if ref is not None else None

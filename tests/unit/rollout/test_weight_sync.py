@@ -122,30 +122,31 @@ def _offsets(path: Path) -> tuple[int, dict]:
     return 8 + n, json.loads(raw[8 : 8 + n])
 
 
-def test_a_truncated_file_names_the_cut_off_tensor(tmp_path, states, sharp_model, prompts):
+def _v2_on_disk(tmp_path, states, sharp_model, name):
+    """An engine serving v1, v2 sent through a directory: (transport, engine, file, offset of the middle of `name`)."""
     t = DirectoryTransport(tmp_path / "w")
     engine = engine_at(sharp_model, states[0], 1)
     t.send(states[1], 2)
     path = tmp_path / "w" / "v2" / "model.safetensors"
     base, header = _offsets(path)
-    name = "model.layers.1.mlp.up_proj.weight"
     start, end = header[name]["data_offsets"]
-    os.truncate(path, base + (start + end) // 2)
+    return t, engine, path, base + (start + end) // 2
+
+
+def test_a_truncated_file_names_the_cut_off_tensor(tmp_path, states, sharp_model, prompts):
+    name = "model.layers.1.mlp.up_proj.weight"
+    t, engine, path, middle = _v2_on_disk(tmp_path, states, sharp_model, name)
+    os.truncate(path, middle)
     with pytest.raises(WeightSyncError, match=rf"^weight sync v2: tensor {name} is cut off: .*truncated"):
         receive_and_swap(engine, t)
     assert engine.version == 1 and serves(engine, engine_at(sharp_model, states[0]), prompts)
 
 
 def test_a_corrupted_byte_fails_the_checksum_of_its_tensor(tmp_path, states, sharp_model, prompts):
-    t = DirectoryTransport(tmp_path / "w")
-    engine = engine_at(sharp_model, states[0], 1)
-    t.send(states[1], 2)
-    path = tmp_path / "w" / "v2" / "model.safetensors"
-    base, header = _offsets(path)
     name = "model.layers.0.self_attn.k_proj.weight"
-    start, end = header[name]["data_offsets"]
+    t, engine, path, middle = _v2_on_disk(tmp_path, states, sharp_model, name)
     with open(path, "r+b") as f:
-        f.seek(base + (start + end) // 2)
+        f.seek(middle)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x10]))
