@@ -128,9 +128,11 @@ def test_nonfinite_losses_stop_the_run_with_the_last_checkpoint_intact(tmp_path,
 
 
 def test_no_reference_model_without_kl_and_kl_logged_with_it(tmp_path, tiny_model_dir, monkeypatch):
+    from posttrain.train import model as model_mod
+
     loads = []
-    real = rl.load_model
-    monkeypatch.setattr(rl, "load_model", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    real = model_mod.load_model
+    monkeypatch.setattr(model_mod, "load_model", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
     rl.run(cfg_for(tmp_path / "a", tiny_model_dir, **{"train.steps": 1}) if (tmp_path / "a").mkdir() is None else None)
     assert len(loads) == 1
     loads.clear()

@@ -15,10 +15,11 @@ from posttrain.errors import ConfigError
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
-def _ray_processes() -> list[psutil.Process]:
-    """This driver and everything it started: GCS, raylet, the dashboard agents, the workers."""
+def _ray_processes(before_pids: set[int]) -> list[psutil.Process]:
+    """This driver and everything it started since the cluster came up: GCS, raylet, the agents, the
+    workers (children that other test modules left behind are not Ray's)."""
     me = psutil.Process(os.getpid())
-    return [me, *me.children(recursive=True)]
+    return [me, *(p for p in me.children(recursive=True) if p.pid not in before_pids)]
 
 
 def test_every_ray_socket_is_on_loopback(ray_cluster):
@@ -32,16 +33,20 @@ def test_every_ray_socket_is_on_loopback(ray_cluster):
     actor = Echo.remote()
     actor_pid = ray.get(actor.pid.remote())
     assert ray_cluster["node_ip"] == "127.0.0.1" and ray_cluster["address"].startswith("127.0.0.1:")
-    procs = _ray_processes()
+    before = ray_cluster["before"]
+    procs = _ray_processes(before["pids"])
     pids = {p.pid for p in procs}
     assert actor_pid in pids
     names = {p.name() for p in procs}
     assert {"gcs_server", "raylet"} <= names, names
-    conns = [c for c in psutil.net_connections(kind="inet") if c.pid in pids]
+    me = os.getpid()
+    conns = [c for c in psutil.net_connections(kind="inet") if c.pid in pids
+             and not (c.pid == me and tuple(c.laddr) in before["laddrs"])]
     listening = [c for c in conns if c.status == psutil.CONN_LISTEN]
     assert len(listening) >= 3, listening  # GCS, raylet, object manager at least: the check is not vacuous
     assert {c.pid for c in listening} >= {p.pid for p in procs if p.name() in ("gcs_server", "raylet")}
-    off = [(c.pid, c.laddr, c.raddr) for c in conns
+    name = {p.pid: p.name() for p in procs}
+    off = [(name.get(c.pid), c.pid, c.laddr, c.raddr) for c in conns
            if c.laddr.ip not in LOOPBACK or (c.raddr and c.raddr.ip not in LOOPBACK)]
     assert off == []
     ray.kill(actor)
