@@ -25,7 +25,8 @@ The answer under judgement is untrusted text, and both judges treat it so:
 
 Not protected against: a grader that obeys instructions in the fence that evade the patterns
 (paraphrase, other languages, encodings). Verifier options (`verifier_options(task, name)`):
-LLMJudge reads `rubric` (str), replacing the judge's rubric for that task; RewardModelJudge none.
+LLMJudge reads `rubric` (str), replacing the judge's rubric for that task; RewardModelJudge none
+(the `reward_model` verifier, verifiers/reward_model.py, configures one per domain).
 """
 
 from __future__ import annotations
@@ -93,19 +94,20 @@ class RewardModelJudge:
         logit_range: tuple[float, float] | None = None,
         batch_sequences: int = 8,
         dtype: str = "auto",
+        stats: tuple[float, float] | None = None,
     ):
-        """scale: "sigmoid" (value = sigmoid(logit)) or "minmax" (value = (logit - lo) / (hi - lo)
-        clipped to [0, 1], with `logit_range=(lo, hi)`). Completions too long for `max_length`
-        tokens keep their first tokens (and the template's closing tokens); the prompt keeps its
-        last tokens, at least half of the budget going to the completion."""
+        """scale: "sigmoid" (value = sigmoid(logit)), "minmax" (value = (logit - lo) / (hi - lo)
+        clipped to [0, 1], with `logit_range=(lo, hi)`) or "stats" (value = sigmoid((logit - mean)
+        / std), with `stats=(mean, std)`: the RM's logit statistics, see `scaled`). Completions
+        too long for `max_length` tokens keep their first tokens (and the template's closing
+        tokens); the prompt keeps its last tokens, at least half of the budget going to the completion."""
         from transformers import AutoModelForSequenceClassification
 
         from posttrain.train.model import _check_path, load_tokenizer, quiet_hf_progress, resolve_dtype
 
-        if scale not in ("sigmoid", "minmax"):
-            raise ConfigError(f"RewardModelJudge scale must be 'sigmoid' or 'minmax', got {scale!r}")
-        if scale == "minmax" and (logit_range is None or not logit_range[0] < logit_range[1]):
-            raise ConfigError(f"RewardModelJudge scale 'minmax' needs logit_range=(lo, hi), lo < hi; got {logit_range}")
+        if scale not in SCALES:
+            raise ConfigError(f"RewardModelJudge scale must be one of {', '.join(SCALES)}, got {scale!r}")
+        scaled(0.0, scale, logit_range=logit_range, stats=stats)  # checks the scale's parameters
         if max_length < 8 or batch_sequences < 1:
             raise ConfigError("RewardModelJudge needs max_length >= 8 and batch_sequences >= 1")
         _check_path(model_path)
@@ -121,7 +123,7 @@ class RewardModelJudge:
             raise ModelLoadError(f"reward model {model_path!r} has num_labels={model.config.num_labels}, expected 1")
         self.model = model.to(self.device).eval().requires_grad_(False)
         self.tokenizer = load_tokenizer(model_path)
-        self.max_length, self.scale, self.logit_range = max_length, scale, logit_range
+        self.max_length, self.scale, self.logit_range, self.stats = max_length, scale, logit_range, stats
         self.batch_sequences = batch_sequences
         self._own_pooling = hasattr(model, "score") and hasattr(model, model.base_model_prefix)
 
@@ -139,13 +141,17 @@ class RewardModelJudge:
         keep_head = budget - keep_body
         return head[len(head) - keep_head :] + body[:keep_body] + tail, True
 
-    @torch.inference_mode()
     def logits_many(self, items: Sequence[tuple[Sequence[Message], str]]) -> list[float]:
         """The reward model's raw logit for each (prompt messages, completion)."""
-        rows = [self.encode(prompt, completion)[0] for prompt, completion in items]
+        return self.logits_of([self.encode(prompt, completion)[0] for prompt, completion in items])
+
+    @torch.inference_mode()
+    def logits_of(self, rows: Sequence[Sequence[int]], batch_sequences: int | None = None) -> list[float]:
+        """The raw logit of each encoded conversation (`encode`), `batch_sequences` per forward."""
+        per = batch_sequences or self.batch_sequences
         out: list[float] = []
-        for start in range(0, len(rows), self.batch_sequences):
-            batch = rows[start : start + self.batch_sequences]
+        for start in range(0, len(rows), per):
+            batch = rows[start : start + per]
             width = max(len(r) for r in batch)
             pad = self.tokenizer.pad_token_id or 0
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -167,10 +173,7 @@ class RewardModelJudge:
         return out
 
     def to_value(self, logit: float) -> float:
-        if self.scale == "minmax":
-            lo, hi = self.logit_range  # type: ignore[misc]
-            return min(1.0, max(0.0, (logit - lo) / (hi - lo)))
-        return 1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else math.exp(logit) / (1.0 + math.exp(logit))
+        return scaled(logit, self.scale, logit_range=self.logit_range, stats=self.stats)
 
     def score_many(self, items: Sequence[tuple[Sequence[Message], str]]) -> list[float]:
         return [self.to_value(x) for x in self.logits_many(items)]
@@ -181,6 +184,30 @@ class RewardModelJudge:
     def evaluate(self, task: Task, text: str, options: dict | None = None) -> Judgement:
         logit = self.logits_many([(task.prompt, text)])[0]
         return self.to_value(logit), {"logit": round(logit, 6)}
+
+
+SCALES = ("sigmoid", "minmax", "stats")
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def scaled(logit: float, scale: str, *, logit_range: tuple[float, float] | None = None,
+           stats: tuple[float, float] | None = None) -> float:
+    """A reward model's logit as a value in [0, 1] (see RewardModelJudge)."""
+    if scale == "minmax":
+        if logit_range is None or not logit_range[0] < logit_range[1]:
+            raise ConfigError(f"RewardModelJudge scale 'minmax' needs logit_range=(lo, hi), lo < hi; got {logit_range}")
+        lo, hi = logit_range
+        return min(1.0, max(0.0, (logit - lo) / (hi - lo)))
+    if scale == "stats":
+        if stats is None or not (math.isfinite(stats[0]) and math.isfinite(stats[1]) and stats[1] > 0):
+            raise ConfigError(f"RewardModelJudge scale 'stats' needs stats=(mean, std), finite, std > 0; got {stats}")
+        return _sigmoid((logit - stats[0]) / stats[1])
+    if scale != "sigmoid":
+        raise ConfigError(f"RewardModelJudge scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    return _sigmoid(logit)
 
 
 # ---------------------------------------------------------------- injection detection

@@ -134,8 +134,10 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 
 def _load_builtins() -> None:
     # each registers its verifiers: exact, numeric, reasoning_gym; bfcl_ast; code; env_score; regex, tags,
-    # json, length; math; needle; safety
-    from posttrain.verifiers import basic, bfcl_ast, code, env_score, format, math, needle, safety  # noqa: F401
+    # json, length; math; needle; reward_model; safety
+    from posttrain.verifiers import (  # noqa: F401
+        basic, bfcl_ast, code, env_score, format, math, needle, reward_model, safety,
+    )
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:
