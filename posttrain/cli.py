@@ -3,6 +3,8 @@ and calls one recipe; heavy imports happen inside the commands so `--help` is in
 
     posttrain run configs/quickstart.yaml
     posttrain sft configs/x.yaml train.lr=1e-4 model.path=/models/m
+    posttrain dpo model.path=runs/sft/final data.train=pairs.jsonl algo.loss=sigmoid
+    posttrain rm model.path=runs/sft/final data.train=pairs.jsonl
     posttrain eval --model runs/sft/final --tasks basic_arithmetic,chain_sum --samples 4
     posttrain verify code --tasks T.jsonl --completions C.jsonl --out R.jsonl
     posttrain serve --model runs/quickstart/rl/final --port 8000
@@ -25,7 +27,7 @@ from posttrain.tasks.cli import app as tasks_app
 from posttrain.verifiers.cli import app as verify_app
 
 app = typer.Typer(
-    help="posttrain: post-training for open-weight language models (SFT, then RL with verifiable rewards; eval, sandbox, verifiers).",
+    help="posttrain: post-training for open-weight language models (SFT, reward models and DPO, RL with verifiable rewards; eval, sandbox, verifiers).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -104,6 +106,48 @@ def sft(
 
     final = sft_recipe.run(cfg, resume=resume)
     err.print(f"[bold green]sft model[/]: {final}")
+
+
+@app.command()
+def rm(
+    config: Optional[str] = ConfigArg,
+    overrides: Optional[list[str]] = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and report bad pairs instead of failing."),
+) -> None:
+    """Train a Bradley-Terry reward model on preference pairs (saved as an HF sequence classifier)."""
+    from posttrain.config import load_config
+    from posttrain.config_pref import RMConfig
+
+    path, rest = _split(config, overrides)
+    if skip_bad_lines:
+        rest.append("data.skip_bad_lines=true")
+    cfg = load_config(RMConfig, path, rest)
+    from posttrain.recipes import rm as rm_recipe
+
+    final = rm_recipe.run(cfg, resume=resume)
+    err.print(f"[bold green]reward model[/]: {final}")
+
+
+@app.command()
+def dpo(
+    config: Optional[str] = ConfigArg,
+    overrides: Optional[list[str]] = OverridesArg,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and report bad pairs instead of failing."),
+) -> None:
+    """Preference optimisation: DPO, IPO, hinge, robust DPO, SimPO, ORPO, KTO; offline or online."""
+    from posttrain.config import load_config
+    from posttrain.config_pref import DPOConfig
+
+    path, rest = _split(config, overrides)
+    if skip_bad_lines:
+        rest.append("data.skip_bad_lines=true")
+    cfg = load_config(DPOConfig, path, rest)
+    from posttrain.recipes import dpo as dpo_recipe
+
+    final = dpo_recipe.run(cfg, resume=resume)
+    err.print(f"[bold green]dpo model[/]: {final}")
 
 
 @app.command()

@@ -381,9 +381,13 @@ class PipelineConfig(Strict):
     """`posttrain run`: stages in order, each with its own section."""
 
     run_dir: str = "runs/quickstart"
-    stages: list[Literal["base", "sft", "rl", "eval", "report"]] = ["base", "sft", "eval", "report"]
+    stages: list[Literal["base", "sft", "rm", "dpo", "rl", "eval", "report"]] = ["base", "sft", "eval", "report"]
     base: BaseConfig = BaseConfig()
     sft: SFTConfig = SFTConfig()
+    # the preference stages' sections (config_pref.py builds on the sections above; it resolves
+    # these two forward references when it is imported, which the end of this module does)
+    rm: "RMConfig" = Field(default_factory=lambda: _pref.RMConfig())
+    dpo: "DPOConfig" = Field(default_factory=lambda: _pref.DPOConfig())
     rl: RLConfig = RLConfig()
     eval: PipelineEvalConfig = PipelineEvalConfig()  # suites x models side by side, gates (config_eval.py)
     # reasoning-gym options per domain, handed to every stage that does not set its own
@@ -498,3 +502,6 @@ def config_text(cfg: BaseModel) -> str:
 def save_config(cfg: BaseModel, run_dir: str | os.PathLike, name: str = "config.yaml") -> Path:
     """Write the resolved config into the run directory (atomically)."""
     return write_text_atomic(Path(run_dir) / name, config_text(cfg))
+
+
+import posttrain.config_pref as _pref  # noqa: E402  (last: it imports the sections above)

@@ -4,14 +4,18 @@
       config.yaml        the resolved pipeline config
       base/              the embedded base (model/ in HF layout, metrics.jsonl)
       sft/               SFT checkpoints, metrics.jsonl, final/ (HF layout)
+      rm/                the reward model: checkpoints, metrics.jsonl, final/ (HF sequence classifier + reward_stats.json)
+      dpo/               DPO checkpoints, metrics.jsonl, final/
       rl/                RL checkpoints (with the replay buffer), metrics.jsonl, final/
       eval/SUITE/        every suite of `eval.suites` on every model of `eval.models`: LABEL.json each,
                          compare.json (deltas, significance, gates; eval/suites.py)
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,
-SFT starts from the base built here, RL from the SFT model; `eval.models` names stages ("base",
-"sft", "rl", "start" = the first trained stage's input model) or paths, by default the starting
+SFT starts from the base built here, the reward model and DPO from the SFT model, RL from the DPO
+model when there is one (else SFT's); an RL domain whose verifiers name `reward_model` without a
+`path` gets the reward model trained here (RLHF). `eval.models` names stages ("base",
+"sft", "dpo", "rl", "start" = the first trained stage's input model) or paths, by default the starting
 model then every model-producing stage, so the first numbers are the starting model's. The
 suites of `eval.in_loop` (default: all) and their gates reach the sft / rl stages that define no
 suites of their own: evaluated before the first update and every `eval_every` steps. The
@@ -37,7 +41,12 @@ console = Console(stderr=True)
 
 def stage_outputs(cfg: PipelineConfig) -> dict[str, str]:
     return {"base": str(Path(cfg.base.out_dir) / "model"), "sft": str(Path(cfg.sft.out_dir) / "final"),
+            "rm": str(Path(cfg.rm.out_dir) / "final"), "dpo": str(Path(cfg.dpo.out_dir) / "final"),
             "rl": str(Path(cfg.rl.out_dir) / "final")}
+
+
+def _unset_path(section) -> bool:
+    return "model" not in section.model_fields_set or "path" not in section.model.model_fields_set
 
 
 def resolve(cfg: PipelineConfig) -> PipelineConfig:
@@ -46,17 +55,28 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
     cfg = cfg.model_copy(deep=True)
     if "out_dir" not in cfg.base.model_fields_set:
         cfg.base.out_dir = str(run_dir / "base")
-    if "out_dir" not in cfg.sft.model_fields_set:
-        cfg.sft.out_dir = str(run_dir / "sft")
-    if "out_dir" not in cfg.rl.model_fields_set:
-        cfg.rl.out_dir = str(run_dir / "rl")
+    for stage in ("sft", "rm", "dpo", "rl"):
+        if "out_dir" not in getattr(cfg, stage).model_fields_set:
+            getattr(cfg, stage).out_dir = str(run_dir / stage)
     outputs = stage_outputs(cfg)
-    if "model" not in cfg.sft.model_fields_set or "path" not in cfg.sft.model.model_fields_set:
+    if _unset_path(cfg.sft):
         cfg.sft.model.path = outputs["base"]
-    if "model" not in cfg.rl.model_fields_set or "path" not in cfg.rl.model.model_fields_set:
-        cfg.rl.model.path = outputs["sft"] if "sft" in cfg.stages or "base" not in cfg.stages else outputs["base"]
-    if cfg.task_options and "task_options" not in cfg.sft.data.model_fields_set:
-        cfg.sft.data.task_options = cfg.task_options
+    policy = outputs["sft"] if "sft" in cfg.stages or "base" not in cfg.stages else outputs["base"]
+    for stage in ("rm", "dpo"):
+        if _unset_path(getattr(cfg, stage)):
+            getattr(cfg, stage).model.path = policy
+    if _unset_path(cfg.rl):
+        cfg.rl.model.path = outputs["dpo"] if "dpo" in cfg.stages else policy
+    if "rm" in cfg.stages:
+        for domain in cfg.rl.tasks:
+            if "reward_model" in (domain.verifiers or ()) and "path" not in domain.verifier_options.get("reward_model", {}):
+                domain.verifier_options = {**domain.verifier_options,
+                                           "reward_model": {**domain.verifier_options.get("reward_model", {}),
+                                                            "path": outputs["rm"]}}
+    for stage in ("sft", "rm", "dpo"):
+        data = getattr(cfg, stage).data
+        if cfg.task_options and "task_options" not in data.model_fields_set:
+            data.task_options = cfg.task_options
     for domain in cfg.rl.tasks:
         if domain.path is None and not domain.options and domain.name in cfg.task_options:
             domain.options = dict(cfg.task_options[domain.name])
@@ -66,7 +86,7 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
 
 def eval_models(cfg: PipelineConfig, outputs: dict[str, str]) -> list[tuple[str, str]]:
     """(label, path) of every model the eval stage compares, in order (config_eval.PipelineEvalConfig.models)."""
-    trained = [s for s in ("sft", "rl") if s in cfg.stages]
+    trained = [s for s in ("sft", "dpo", "rl") if s in cfg.stages]
     start = getattr(cfg, trained[0]).model.path if trained else None
     names = cfg.eval.models
     if names is None:
@@ -75,7 +95,7 @@ def eval_models(cfg: PipelineConfig, outputs: dict[str, str]) -> list[tuple[str,
     for name in names:
         if name == "start":
             if start is None:
-                raise ConfigError("eval.models: 'start' names the first trained stage's input model, but no sft or rl stage runs")
+                raise ConfigError("eval.models: 'start' names the first trained stage's input model, but no sft, dpo or rl stage runs")
             models.append(("start", start))
         elif name in outputs:
             models.append((name, outputs[name]))
@@ -138,7 +158,7 @@ def mark_finished(out_dir: str, stage_cfg) -> None:
 
 
 def _trained_stage(name: str):
-    """A stage that trains a model in its own out_dir (sft, rl): skipped when already finished."""
+    """A stage that trains a model in its own out_dir (sft, rm, dpo, rl): skipped when already finished."""
 
     def run_stage(cfg: PipelineConfig, resume: bool) -> None:
         import importlib
@@ -179,6 +199,8 @@ def _report(cfg: PipelineConfig, resume: bool) -> None:
 STAGES: dict[str, Callable[[PipelineConfig, bool], None]] = {
     "base": _base,
     "sft": _trained_stage("sft"),
+    "rm": _trained_stage("rm"),
+    "dpo": _trained_stage("dpo"),
     "rl": _trained_stage("rl"),
     "eval": _eval,
     "report": _report,

@@ -4,7 +4,9 @@ the same code as `posttrain eval`).
 - `domain_metrics`: per step, over every generated group (dropped ones included): mean raw
   `score`, `pass_rate`, `zero_variance_frac`, `completion_len`, and the mean shaped `reward`
   over the groups actually trained on; overall and per domain as `<metric>/<domain>` (so the
-  report draws one plot per metric with a line per domain);
+  report draws one plot per metric with a line per domain); and each reward source on its own:
+  `verifier/<name>` (and `verifier/<name>/<domain>`), the mean value that verifier gave the
+  current policy's samples (a reward model next to a verifiable reward shows as two lines);
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ def _mean(xs: list[float]) -> float:
 def _summary(groups: list[Group]) -> dict[str, float]:
     raw = [r for g in groups for r in g.raw[g.replayed:] if r is not None]  # what the current policy did
     lengths = [sum(t.loss_mask) for g in groups for t in g.fresh]
+    by_verifier: dict[str, list[float]] = defaultdict(list)
+    for g in groups:
+        for t in g.fresh:
+            for s in t.scores:
+                by_verifier[s.verifier].append(s.value)
     return {
         "score": _mean(raw),
         "pass_rate": _mean([float(r >= CORRECT) for r in raw]),
         "zero_variance_frac": _mean([float(not g.has_signal) for g in groups]),
         "completion_len": _mean([float(n) for n in lengths]),
+        **{f"verifier/{name}": _mean(values) for name, values in sorted(by_verifier.items())},
     }
 
 

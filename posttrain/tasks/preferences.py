@@ -9,7 +9,11 @@
 Kinds (each record also has `kind`, and `answer`, the true result):
 - correct_vs_wrong:   "What is 23 + 58?"  chosen "23 + 58 = 81. Answer: 81", rejected the same with a wrong sum;
 - concise_vs_rambling: "What is 7 times 12?" chosen the short answer, rejected the same answer buried in filler;
-- polite_vs_curt:     "What is 90 minus 35?" chosen a polite answer, rejected a curt one, same result.
+- polite_vs_curt:     "What is 90 minus 35?" chosen a polite answer, rejected a curt one, same result;
+- gym_DOMAIN (any reasoning-gym domain, e.g. gym_chain_sum): the domain's own prompt, chosen its
+  correct worked answer (what `gym:` SFT data trains on), rejected a plausible wrong one (a slipped
+  step carried through, tasks/worked.py `wrong_steps`); `options` are the domain's reasoning-gym
+  options. Training seeds only (the eval seeds' held-out questions are skipped, as for `gym:`).
 
 Held-out sets: train with seed s, evaluate with seed s + EVAL_SEED_OFFSET. The question space
 is cut in two by a hash of the question (one in EVAL_SHARE goes to eval), and a seed at or above
@@ -123,20 +127,56 @@ KINDS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
-def make_preferences(kinds: list[str], n: int, seed: int, *, conversational: bool = True) -> list[dict]:
-    """n records split evenly over `kinds` (the first kinds get one more where n does not divide), shuffled."""
-    unknown = [k for k in kinds if k not in KINDS]
+def gym_pairs(domain: str, n: int, seed: int, *, conversational: bool = True,
+              options: dict | None = None) -> list[dict]:
+    """n reasoning-gym prompts of `domain` with a correct and a wrong worked answer each."""
+    from posttrain.errors import ConfigError
+    from posttrain.tasks.reasoning_gym import ANSWER_TAG, gold_completion, training_tasks
+    from posttrain.tasks.worked import wrong_steps
+
+    if seed >= EVAL_SEED_OFFSET:
+        raise ValueError(f"gym_{domain}: reasoning-gym pairs come from training seeds only; hold out with "
+                         f"data.eval_fraction instead of a second pref: spec")
+    try:
+        tasks = training_tasks(domain, n, seed, config=options)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    rng = random.Random(f"gym-pref:{domain}:{seed}")
+    out = []
+    for task in tasks:
+        chosen = gold_completion(task)
+        if chosen is None:
+            raise ValueError(f"gym_{domain}: the domain has no gold answers to prefer")
+        steps, wrong = wrong_steps(domain, task.reference, rng)
+        rejected = f"{steps}\n{ANSWER_TAG} {wrong}" if steps else f"{ANSWER_TAG} {wrong}"
+        if rejected == chosen:
+            continue
+        question = task.prompt[0]["content"]
+        out.append(_record(f"gym_{domain}", question, chosen, rejected, str(task.reference.get("answer")), conversational))
+    return out
+
+
+def make_preferences(kinds: list[str], n: int, seed: int, *, conversational: bool = True,
+                     options: dict[str, dict] | None = None) -> list[dict]:
+    """n records split evenly over `kinds` (the first kinds get one more where n does not divide), shuffled.
+    `options`: reasoning-gym options per domain, for gym_DOMAIN kinds."""
+    unknown = [k for k in kinds if k not in KINDS and not k.startswith("gym_")]
     if unknown or not kinds:
-        raise ValueError(f"unknown preference kind {unknown[0] if unknown else ''!r} (known: {', '.join(KINDS)})")
+        raise ValueError(f"unknown preference kind {unknown[0] if unknown else ''!r} "
+                         f"(known: {', '.join(KINDS)}, gym_DOMAIN)")
     out = []
     for i, kind in enumerate(kinds):
         count = n // len(kinds) + (i < n % len(kinds))
-        out += KINDS[kind](count, seed, conversational=conversational)
+        if kind.startswith("gym_"):
+            domain = kind[4:]
+            out += gym_pairs(domain, count, seed, conversational=conversational, options=(options or {}).get(domain))
+        else:
+            out += KINDS[kind](count, seed, conversational=conversational)
     random.Random(f"mix:{seed}").shuffle(out)
     return out
 
 
-def records_from_spec(spec: str, seed: int = 0) -> list[tuple[str, dict]]:
+def records_from_spec(spec: str, seed: int = 0, options: dict[str, dict] | None = None) -> list[tuple[str, dict]]:
     """'KIND[,KIND...]:N' -> (where 'pref:KIND#i', record) of `make_preferences` (ValueError if malformed)."""
     kinds_part, sep, n_part = spec.rpartition(":")
     kinds = [k.strip() for k in kinds_part.split(",") if k.strip()]
@@ -144,7 +184,7 @@ def records_from_spec(spec: str, seed: int = 0) -> list[tuple[str, dict]]:
         raise ValueError("expected pref:KIND[,KIND...]:N with N > 0, e.g. pref:correct_vs_wrong:2000")
     counts: dict[str, int] = {}
     out = []
-    for record in make_preferences(kinds, int(n_part), seed):
+    for record in make_preferences(kinds, int(n_part), seed, options=options):
         i = counts[record["kind"]] = counts.get(record["kind"], 0) + 1
         out.append((f"pref:{record['kind']}#{i}", record))
     return out

@@ -10,7 +10,9 @@ from posttrain.config import LoraConfig
 from posttrain.errors import ConfigError
 
 
-def apply_lora(model, cfg: LoraConfig):
+def apply_lora(model, cfg: LoraConfig, *, modules_to_save: list[str] | None = None):
+    """Wrap `model` in LoRA adapters; `modules_to_save` train in full beside them (a reward
+    model's new `score` head)."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
@@ -27,7 +29,8 @@ def apply_lora(model, cfg: LoraConfig):
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type="SEQ_CLS" if modules_to_save else "CAUSAL_LM",
+        modules_to_save=modules_to_save,
     )
     return get_peft_model(model, peft_cfg)
 

@@ -1,10 +1,10 @@
 """Summed completion logprobs of preference pairs (DPO, IPO, KTO...), packed, differentiable.
 
     items = pair_items(pairs)                          # [(prompt, chosen), (prompt, rejected), ...]
-    for chunk in iter_chunks(items, max_tokens):       # index lists; pairs stay together
-        sums, counts = completion_logps(model, [items[i] for i in chunk], pad_id=pad_id,
+    for chunk in token_chunks(pair_lengths, max_tokens):   # pair indices; a pair is never split
+        sums, counts = completion_logps(model, pair_items([pairs[i] for i in chunk]), pad_id=pad_id,
                                         max_tokens_per_microbatch=max_tokens)
-        loss_of(sums[0::2], sums[1::2]).backward()     # backward per chunk
+        loss_of(sums[0::2], sums[1::2]).backward()         # backward per chunk
 
 An item is (prompt_ids, completion_ids). Its value is the sum over the completion tokens of
 log_softmax(logits)[token] at temperature 1, with the number of completion tokens. The items
@@ -15,13 +15,13 @@ items of one prompt (chosen and rejected of a pair, consecutive) are laid out as
 of its own in position-id packing. Both give the unpacked values (tests/unit/train/test_pair_forward.py).
 
 Memory: `completion_logps` keeps the graph of every micro-batch it runs until the caller's
-backward, so a big batch should be split with `iter_chunks` and backpropagated chunk by chunk
+backward, so a big batch should be split with `token_chunks` and backpropagated chunk by chunk
 (the gradients accumulate in the parameters); `max_tokens_per_microbatch` only bounds one forward.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -43,27 +43,20 @@ def pair_items(pairs) -> list[tuple]:
     return [item for p in pairs for item in ((p.prompt_ids, p.chosen_ids), (p.prompt_ids, p.rejected_ids))]
 
 
-def item_tokens(item: Item) -> int:
-    """Tokens of an item laid out on its own (prompt + completion)."""
-    return len(item[0]) + len(item[1])
-
-
-def iter_chunks(items: Sequence[Item], max_tokens: int) -> Iterator[list[int]]:
-    """Consecutive index lists of `items` whose total tokens (each item counted unshared, so an upper
-    bound of what one chunk lays out) stay within `max_tokens`; items 2k and 2k+1 (a pair) are never
-    split, and a pair (or a trailing odd item) longer than `max_tokens` is a chunk of its own."""
-    chunk: list[int] = []
+def token_chunks(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive groups of positions 0..n-1 whose total length stays within `max_tokens` (an
+    item longer than that is a group of its own): the forward/backward units of one step. Callers
+    pass one length per pair (prompt once + both completions), so a pair is never split."""
+    chunks: list[list[int]] = []
     size = 0
-    for start in range(0, len(items), 2):
-        unit = list(range(start, min(start + 2, len(items))))
-        n = sum(item_tokens(items[i]) for i in unit)
-        if chunk and size + n > max_tokens:
-            yield chunk
-            chunk, size = [], 0
-        chunk.extend(unit)
-        size += n
-    if chunk:
-        yield chunk
+    for i, n in enumerate(lengths):
+        if chunks and size + n <= max_tokens:
+            chunks[-1].append(i)
+            size += n
+        else:
+            chunks.append([i])
+            size = n
+    return chunks
 
 
 def _samples(items: Sequence[Item]) -> list[Sample]:

@@ -77,13 +77,13 @@ class PairData:
 # ---------------------------------------------------------------- records
 
 
-def _records(spec: str, seed: int = 0) -> Iterable[tuple[str, Any]]:
+def _records(spec: str, seed: int = 0, options: dict | None = None) -> Iterable[tuple[str, Any]]:
     """(where, record-or-ValueError) of a JSONL path, `hf:PATH_OR_NAME[:SPLIT]` or `pref:KIND[,KIND...]:N`."""
     if spec.startswith("pref:"):
         from posttrain.tasks.preferences import records_from_spec
 
         try:
-            made = records_from_spec(spec[5:], seed)
+            made = records_from_spec(spec[5:], seed, options)
         except ValueError as e:
             raise DataError(f"{spec}: {e}") from None
         yield from made
@@ -356,9 +356,10 @@ def tokenize_pairs(records: Iterable[tuple[str, Any]], tokenizer, *, max_prompt_
 
 
 def load_pairs(spec: str, tokenizer, *, max_prompt_len: int = 512, max_len: int = 1024,
-               skip_bad_lines: bool = False, seed: int = 0) -> PairData:
-    """Load and tokenize the preference data of `spec` (a JSONL path, `hf:...` or `pref:...`)."""
-    data = tokenize_pairs(_records(spec, seed), tokenizer, max_prompt_len=max_prompt_len, max_len=max_len,
+               skip_bad_lines: bool = False, seed: int = 0, options: dict | None = None) -> PairData:
+    """Load and tokenize the preference data of `spec` (a JSONL path, `hf:...` or `pref:...`;
+    `options`: reasoning-gym options per domain for `pref:gym_DOMAIN` kinds)."""
+    data = tokenize_pairs(_records(spec, seed, options), tokenizer, max_prompt_len=max_prompt_len, max_len=max_len,
                           skip_bad_lines=skip_bad_lines)
     data.source = spec
     if not data.pairs and not data.examples:

@@ -11,7 +11,7 @@ import torch
 
 from posttrain.errors import DataError
 from posttrain.train.model import load_model
-from posttrain.train.pair_forward import completion_logps, item_tokens, iter_chunks, pair_items
+from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, supports_shared_prefix
 
 PAD = 0
@@ -100,15 +100,10 @@ def test_empty_completion_and_empty_prompt(model):
         completion_logps(model, [([], [6, 7])], pad_id=PAD)
 
 
-def test_iter_chunks_keeps_pairs_and_budget():
-    items = pair_items(make_pairs(300, n=9, seed=3))
-    budget = 40
-    chunks = list(iter_chunks(items, budget))
-    assert [i for c in chunks for i in c] == list(range(len(items)))
-    for c in chunks:
-        assert all(i + 1 in c for i in c if i % 2 == 0)  # a pair is never split
-        total = sum(item_tokens(items[i]) for i in c)
-        assert total <= budget or len(c) == 2  # only a single oversized pair may exceed it
-    big = [([1] * 30, [2] * 30), ([1] * 30, [3] * 30), ([1], [2])]
-    assert list(iter_chunks(big, 50)) == [[0, 1], [2]]
-    assert list(iter_chunks([], 50)) == []
+def test_token_chunks_keep_order_and_budget():
+    lengths = [10, 25, 5, 40, 3, 60, 1]
+    chunks = token_chunks(lengths, 40)
+    assert [i for c in chunks for i in c] == list(range(len(lengths)))
+    assert chunks == [[0, 1, 2], [3], [4], [5], [6]]  # 60 > budget: a group of its own
+    assert all(sum(lengths[i] for i in c) <= 40 or len(c) == 1 for c in chunks)
+    assert token_chunks([], 50) == []

@@ -1,0 +1,177 @@
+"""What `posttrain rm` and `posttrain dpo` share: the data split, the step order, the loop.
+
+    split = prepare_pairs(cfg.data, tokenizer, unpaired=False)     # train / eval pairs, bad-line counts
+    final = run_loop(cfg, model, tokenizer, split, step_fn, eval_fn, export=...)
+
+The loop (one optimizer step = `train.pairs_per_step` pairs, visited in an order drawn from
+(seed, epoch)):
+1. `step_fn(indices)` does the forward/backward over the step's pairs (chunked by token budget
+   inside, gradients accumulated exactly) and returns its metrics with "loss";
+2. a non-finite loss or grad norm skips the update and says why; grad clipping, AdamW, warmup +
+   decay (the shared train/optim.py);
+3. metrics.jsonl every `log_every` steps, `eval_fn()` at step 0, every `eval_every` steps and
+   at the last; checkpoints every `save_every` steps and at the end with the data cursor, so a
+   resumed run repeats an uninterrupted one step for step;
+4. `export(model, tokenizer)` writes the final model (out_dir/final).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from rich.console import Console
+
+from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
+from posttrain.config import save_config
+from posttrain.errors import CheckpointError, DataError
+from posttrain.telemetry.metrics import MetricsLogger
+from posttrain.telemetry.progress import progress_bar
+from posttrain.train.lora import trainable_parameters
+from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass
+class PrefSplit:
+    train: list  # TokenPair (or TokenExample for unpaired data)
+    eval: list
+    info: dict  # counts for the first metrics line
+
+
+def prepare_pairs(data_cfg, tokenizer, *, unpaired: bool = False) -> PrefSplit:
+    """Load, check and tokenize the preference data; hold out the eval set."""
+    from posttrain.train.pairs import load_pairs
+
+    def load(spec: str, seed: int):
+        got = load_pairs(spec, tokenizer, max_prompt_len=data_cfg.max_prompt_len, max_len=data_cfg.max_len,
+                         skip_bad_lines=data_cfg.skip_bad_lines, seed=seed, options=data_cfg.task_options)
+        summary = got.bad_lines_summary()
+        if summary:
+            console.print(f"[yellow]warning:[/] {summary}")
+        for issue in got.template_issues:
+            console.print(f"[yellow]warning:[/] chat template: {issue}")
+        items = got.examples if unpaired else got.pairs
+        if not items:
+            kind = "unpaired (prompt/completion/label)" if unpaired else "paired (prompt/chosen/rejected)"
+            raise DataError(f"{spec}: no {kind} records" + (" (the file holds the other kind)"
+                                                           if (got.pairs if unpaired else got.examples) else ""))
+        return items, got
+
+    train, got = load(data_cfg.train, data_cfg.seed)
+    info = {"bad_lines": len(got.bad_lines), "template_issues": len(got.template_issues)}
+    if data_cfg.eval is not None:
+        held, _ = load(data_cfg.eval, data_cfg.seed + 1_000_000)
+    else:
+        order = list(range(len(train)))
+        random.Random(f"pref-split:{data_cfg.seed}").shuffle(order)
+        n_eval = int(len(train) * data_cfg.eval_fraction)
+        held = [train[i] for i in sorted(order[:n_eval])]
+        train = [train[i] for i in sorted(order[n_eval:])]
+    if not train:
+        raise DataError(f"{data_cfg.train}: nothing left to train on after holding out the eval set")
+    info.update(train_pairs=len(train), eval_pairs=len(held))
+    return PrefSplit(train, held, info)
+
+
+def epoch_batches(n: int, per_step: int, seed: int, epoch: int) -> list[list[int]]:
+    """The steps of one epoch: indices 0..n-1 in an order drawn from (seed, epoch), `per_step` at
+    a time (the last step of an epoch may be smaller)."""
+    order = list(range(n))
+    random.Random(f"pref:{seed}:{epoch}").shuffle(order)
+    return [order[i:i + per_step] for i in range(0, n, per_step)]
+
+
+def run_loop(cfg, model, tokenizer, split: PrefSplit, step_fn: Callable[[list[int]], dict],
+             eval_fn: Callable[[], dict], *, name: str, export: Callable[[], Path], resume: bool = False,
+             on_metrics: Callable[[int, dict], None] | None = None, extra_first: dict | None = None) -> Path:
+    """Train `model` over `split.train` with `step_fn`; returns what `export` returns."""
+    out_dir, t, o = Path(cfg.out_dir), cfg.train, cfg.optim
+    ckpt = resume_point(out_dir, resume)
+    steps_per_epoch = math.ceil(len(split.train) / t.pairs_per_step)
+    total_steps = t.max_steps or t.epochs * steps_per_epoch
+    optimizer = build_optimizer(model, o)
+    scheduler = build_scheduler(optimizer, o, total_steps)
+    save_config(cfg, out_dir)
+
+    step, epoch, position = 0, 0, 0
+    if resume and ckpt is None:
+        console.print(f"note: no checkpoint in {out_dir}; starting from step 0")
+    if resume and ckpt is not None:
+        state = load_checkpoint(ckpt, model=model, optimizer=optimizer, scheduler=scheduler)
+        if state.get("train_pairs") != len(split.train):
+            raise CheckpointError(f"{ckpt}: saved with {state.get('train_pairs')} training pairs, the data now gives "
+                                  f"{len(split.train)}: the data changed since the checkpoint")
+        step, epoch, position = state["step"], state["data"]["epoch"], state["data"]["position"]
+        console.print(f"resuming from {ckpt} (step {step})")
+
+    trainable, total = trainable_parameters(model)
+    logger = MetricsLogger(out_dir, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
+                           wandb_project=cfg.logging.wandb_project, config=cfg.model_dump(mode="json"),
+                           resume_from_step=step)
+
+    def checkpoint() -> None:
+        save_checkpoint(out_dir, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+                        state={"data": {"epoch": epoch, "position": position}, "train_pairs": len(split.train)},
+                        config=cfg, keep_last=t.keep_last)
+
+    batches = epoch_batches(len(split.train), t.pairs_per_step, t.seed, epoch)
+    bar_ctx = progress_bar(total_steps - step, f"{name} {step}->{total_steps}", enabled=cfg.logging.progress)
+    with logger, bar_ctx as bar:
+        if step == 0:
+            first = {**split.info, **(extra_first or {}), "trainable_params": trainable, "total_params": total,
+                     "total_steps": total_steps}
+            if split.eval:
+                first.update(eval_fn())
+            logger.log(0, first)
+        while step < total_steps:
+            if position >= len(batches):
+                epoch, position = epoch + 1, 0
+                batches = epoch_batches(len(split.train), t.pairs_per_step, t.seed, epoch)
+            started = time.perf_counter()
+            lr = scheduler.get_last_lr()[0]
+            model.train()
+            metrics = step_fn(batches[position])
+            loss = metrics["loss"]
+            grad_norm = clip_grad_norm(model, o.grad_clip) if math.isfinite(loss) else float("nan")
+            skipped = (f"loss is {loss}" if not math.isfinite(loss)
+                       else f"grad norm is {grad_norm}" if not math.isfinite(grad_norm) else None)
+            if skipped is None:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            step, position = step + 1, position + 1
+            metrics.update(lr=lr, grad_norm=grad_norm, epoch=epoch, step_seconds=time.perf_counter() - started)
+            if skipped:
+                console.print(f"[yellow]warning:[/] step {step}: {skipped}; update skipped")
+                metrics["skipped_update"] = 1
+            evaluating = split.eval and (step % t.eval_every == 0 or step == total_steps)
+            if evaluating:
+                metrics.update(eval_fn())
+            if on_metrics is not None:
+                on_metrics(step, metrics)
+            if step % t.log_every == 0 or step == total_steps or evaluating:
+                logger.log(step, metrics)
+            bar.update(1, loss=loss, lr=lr)
+            if step % t.save_every == 0 or step == total_steps:
+                checkpoint()
+    final = export()
+    console.print(f"{name}: {step} steps; final model in {final}")
+    return final
+
+
+@torch.no_grad()
+def no_grad_eval(model, fn):
+    """Run `fn()` with the model in eval mode and no autograd, then restore train mode."""
+    was = model.training
+    model.eval()
+    try:
+        return fn()
+    finally:
+        model.train(was)
