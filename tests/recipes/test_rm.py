@@ -81,3 +81,19 @@ def test_reward_model_scores_rl_samples_as_a_verifier(trained_rm):
              for t in (polite, curt)]
     (good, _), (bad, _) = run_verifiers_many(task, trajs)
     assert 0.0 <= bad[0].value < good[0].value <= 1.0
+
+
+def test_lora_reward_model_trains_adapters_and_the_head_and_saves_merged(tmp_path, tiny_model_dir):
+    from transformers import AutoModelForSequenceClassification
+
+    from posttrain.train.reward_model import reward_model_from_causal_lm
+
+    final = rm.run(cfg_for(tmp_path, tiny_model_dir, **{"model.lora.r": 4, "train.max_steps": 3}))
+    rows = read_metrics(tmp_path / "rm" / "metrics.jsonl")
+    assert rows[0]["trainable_params"] < rows[0]["total_params"] / 5
+    saved = AutoModelForSequenceClassification.from_pretrained(final).state_dict()
+    start = reward_model_from_causal_lm(tiny_model_dir, seed=0).state_dict()
+    assert set(saved) == set(start)  # merged: no adapter keys
+    changed = {k for k in saved if not torch.equal(saved[k], start[k])}
+    assert "score.weight" in changed and any("q_proj" in k for k in changed)
+    assert not any("mlp" in k or "norm" in k for k in changed)  # only adapted layers and the head
