@@ -58,7 +58,7 @@ def run(
     overrides: Optional[list[str]] = OverridesArg,
     resume: bool = typer.Option(False, "--resume", help="Continue each stage from its newest complete checkpoint."),
 ) -> None:
-    """Run a pipeline of stages (base, sft, rl, eval, report) from one config."""
+    """Run a pipeline of stages (base, sft, rm, dpo, rl, eval, report) from one config."""
     from posttrain.config import PipelineConfig, load_config
 
     path, rest = _split(config, overrides)
@@ -88,66 +88,44 @@ def base(
     err.print(f"[bold green]base model[/]: {model_dir}")
 
 
+def _train(section: str, recipe: str, label: str, config, overrides, resume: bool, skip_bad_lines: bool) -> None:
+    """Load the `section` config class (module.Class), apply --skip-bad-lines, run the recipe."""
+    import importlib
+
+    from posttrain.config import load_config
+
+    module, _, name = section.rpartition(".")
+    path, rest = _split(config, overrides)
+    if skip_bad_lines:
+        rest.append("data.skip_bad_lines=true")
+    cfg = load_config(getattr(importlib.import_module(module), name), path, rest)
+    final = importlib.import_module(f"posttrain.recipes.{recipe}").run(cfg, resume=resume)
+    err.print(f"[bold green]{label}[/]: {final}")
+
+
+ResumeOpt = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint.")
+SkipOpt = typer.Option(False, "--skip-bad-lines", help="Count and report bad data lines instead of failing.")
+
+
 @app.command()
-def sft(
-    config: Optional[str] = ConfigArg,
-    overrides: Optional[list[str]] = OverridesArg,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint."),
-    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and report bad dataset lines instead of failing."),
-) -> None:
+def sft(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
+        resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Supervised fine-tuning on chat data, with sequence packing."""
-    from posttrain.config import SFTConfig, load_config
-
-    path, rest = _split(config, overrides)
-    if skip_bad_lines:
-        rest.append("data.skip_bad_lines=true")
-    cfg = load_config(SFTConfig, path, rest)
-    from posttrain.recipes import sft as sft_recipe
-
-    final = sft_recipe.run(cfg, resume=resume)
-    err.print(f"[bold green]sft model[/]: {final}")
+    _train("posttrain.config.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
-def rm(
-    config: Optional[str] = ConfigArg,
-    overrides: Optional[list[str]] = OverridesArg,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint."),
-    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and report bad pairs instead of failing."),
-) -> None:
+def rm(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
+       resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Train a Bradley-Terry reward model on preference pairs (saved as an HF sequence classifier)."""
-    from posttrain.config import load_config
-    from posttrain.config_pref import RMConfig
-
-    path, rest = _split(config, overrides)
-    if skip_bad_lines:
-        rest.append("data.skip_bad_lines=true")
-    cfg = load_config(RMConfig, path, rest)
-    from posttrain.recipes import rm as rm_recipe
-
-    final = rm_recipe.run(cfg, resume=resume)
-    err.print(f"[bold green]reward model[/]: {final}")
+    _train("posttrain.config_pref.RMConfig", "rm", "reward model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
-def dpo(
-    config: Optional[str] = ConfigArg,
-    overrides: Optional[list[str]] = OverridesArg,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint."),
-    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Count and report bad pairs instead of failing."),
-) -> None:
+def dpo(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
+        resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Preference optimisation: DPO, IPO, hinge, robust DPO, SimPO, ORPO, KTO; offline or online."""
-    from posttrain.config import load_config
-    from posttrain.config_pref import DPOConfig
-
-    path, rest = _split(config, overrides)
-    if skip_bad_lines:
-        rest.append("data.skip_bad_lines=true")
-    cfg = load_config(DPOConfig, path, rest)
-    from posttrain.recipes import dpo as dpo_recipe
-
-    final = dpo_recipe.run(cfg, resume=resume)
-    err.print(f"[bold green]dpo model[/]: {final}")
+    _train("posttrain.config_pref.DPOConfig", "dpo", "dpo model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()

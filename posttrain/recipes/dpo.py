@@ -34,12 +34,11 @@ import torch
 
 from posttrain.algos import preference as P
 from posttrain.config_pref import DPOConfig, PrefAlgoConfig
-from posttrain.recipes.pref_loop import console, no_grad_eval, prepare_pairs, run_loop
+from posttrain.recipes.pref_loop import console, no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
-from posttrain.train.lora import apply_lora
-from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.train.model import load_model
 from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
-from posttrain.train.run import export_final, seed_everything
+from posttrain.train.run import export_final
 from posttrain.train.weights import model_identity
 
 
@@ -267,11 +266,8 @@ def run(cfg: DPOConfig, resume: bool = False) -> Path:
 
         return run_online(cfg, resume=resume)
     out_dir = Path(cfg.out_dir)
-    seed_everything(cfg.train.seed)
-    device = pick_device()
-    dtype = resolve_dtype(cfg.model.dtype, device)
-    tokenizer = load_tokenizer(cfg.model.path)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    s = start(cfg)
+    device, dtype, tokenizer, pad_id = s.device, s.dtype, s.tokenizer, s.pad_id
     kto = cfg.algo.loss == "kto"
     split = prepare_pairs(cfg.data, tokenizer, unpaired=kto)  # bad data fails before any model loads
 
@@ -286,13 +282,7 @@ def run(cfg: DPOConfig, resume: bool = False) -> Path:
     kl_eval = (reference_logps(cfg, tokenizer, example_items(split.eval, True), device, pad_id)
                if kto and split.eval else None)
 
-    model = load_model(cfg.model.path, dtype="float32", device=device)
-    if cfg.model.gradient_checkpointing:
-        from posttrain.recipes.sft import enable_activation_checkpointing
-
-        enable_activation_checkpointing(model)
-    if cfg.model.lora is not None:
-        model = apply_lora(model, cfg.model.lora)
+    model = trainable(load_model(cfg.model.path, dtype="float32", device=device), cfg.model)
     if kto:
         step_fn = KTOStep(cfg, model, split.train, ref_train, kl_train, device, dtype, pad_id)
         eval_step = KTOStep(cfg, model, split.eval, ref_eval, kl_eval, device, dtype, pad_id) if split.eval else None

@@ -31,15 +31,14 @@ from posttrain.config import save_config
 from posttrain.config_pref import DPOConfig
 from posttrain.eval.harness import CORRECT, stop_ids
 from posttrain.recipes.dpo import BothFallAlert, PairStep, logps_of
-from posttrain.recipes.pref_loop import console, epoch_batches
+from posttrain.recipes.pref_loop import console, epoch_batches, start, trainable
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
-from posttrain.train.lora import apply_lora
-from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.train.model import load_model
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.pair_forward import pair_items
 from posttrain.train.pairs import TokenPair
-from posttrain.train.run import export_final, seed_everything
+from posttrain.train.run import export_final
 from posttrain.types import SamplingParams, Trajectory
 
 
@@ -84,15 +83,10 @@ def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
         raise ValueError("online DPO makes pairs: algo.loss=kto needs offline unpaired data")
     out_dir = Path(cfg.out_dir)
     ckpt = resume_point(out_dir, resume)
-    seed_everything(t.seed)
-    device = pick_device()
-    dtype = resolve_dtype(cfg.model.dtype, device)
-    tokenizer = load_tokenizer(cfg.model.path)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    s = start(cfg)
+    device, dtype, tokenizer, pad_id = s.device, s.dtype, s.tokenizer, s.pad_id
     mixture = build_mixture(on.tasks, task_seed=on.task_seed, seed=t.seed)  # bad task config fails first
-    model = load_model(cfg.model.path, dtype="float32", device=device)
-    if cfg.model.lora is not None:
-        model = apply_lora(model, cfg.model.lora)
+    model = trainable(load_model(cfg.model.path, dtype="float32", device=device), cfg.model)
     total_steps = on.rounds * on.steps_per_round
     optimizer = build_optimizer(model, o)
     scheduler = build_scheduler(optimizer, o, total_steps)

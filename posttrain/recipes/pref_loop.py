@@ -39,6 +39,38 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass
+class Setup:
+    device: torch.device
+    dtype: torch.dtype  # autocast dtype (fp32 master weights)
+    tokenizer: object
+    pad_id: int
+
+
+def start(cfg) -> Setup:
+    """Seed, pick the device and dtype, load the tokenizer (first thing in rm and dpo)."""
+    from posttrain.train.model import load_tokenizer, pick_device, resolve_dtype
+    from posttrain.train.run import seed_everything
+
+    seed_everything(cfg.train.seed)
+    device = pick_device()
+    tokenizer = load_tokenizer(cfg.model.path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return Setup(device, resolve_dtype(cfg.model.dtype, device), tokenizer, pad_id)
+
+
+def trainable(model, model_cfg, *, modules_to_save: list[str] | None = None):
+    """Activation checkpointing and LoRA as `model_cfg` asks (`modules_to_save` train in full)."""
+    from posttrain.recipes.sft import enable_activation_checkpointing
+    from posttrain.train.lora import apply_lora
+
+    if model_cfg.gradient_checkpointing:
+        enable_activation_checkpointing(model)
+    if model_cfg.lora is not None:
+        model = apply_lora(model, model_cfg.lora, modules_to_save=modules_to_save)
+    return model
+
+
+@dataclass
 class PrefSplit:
     train: list  # TokenPair (or TokenExample for unpaired data)
     eval: list

@@ -26,13 +26,10 @@ import torch
 
 from posttrain.algos.preference import bradley_terry_loss, pair_metrics
 from posttrain.config_pref import RMConfig
-from posttrain.recipes.pref_loop import no_grad_eval, prepare_pairs, run_loop
+from posttrain.recipes.pref_loop import no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
-from posttrain.train.lora import apply_lora
-from posttrain.train.model import load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.pair_forward import token_chunks
 from posttrain.train.reward_model import RewardStats, reward_model_from_causal_lm, save_reward_model, sequence_rewards
-from posttrain.train.run import seed_everything
 
 
 def pair_sequences(pairs) -> list[list[int]]:
@@ -88,19 +85,11 @@ class RMStep:
 
 def run(cfg: RMConfig, resume: bool = False) -> Path:
     out_dir = Path(cfg.out_dir)
-    seed_everything(cfg.train.seed)
-    device = pick_device()
-    dtype = resolve_dtype(cfg.model.dtype, device)
-    tokenizer = load_tokenizer(cfg.model.path)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    s = start(cfg)
+    device, dtype, tokenizer, pad_id = s.device, s.dtype, s.tokenizer, s.pad_id
     split = prepare_pairs(cfg.data, tokenizer)
     model = reward_model_from_causal_lm(cfg.model.path, dtype="float32", device=device, seed=cfg.train.seed)
-    if cfg.model.gradient_checkpointing:
-        from posttrain.recipes.sft import enable_activation_checkpointing
-
-        enable_activation_checkpointing(model)
-    if cfg.model.lora is not None:
-        model = apply_lora(model, cfg.model.lora, modules_to_save=["score"])
+    model = trainable(model, cfg.model, modules_to_save=["score"])
     step_fn = RMStep(cfg, model, split.train, device, dtype, pad_id)
     eval_step = RMStep(cfg, model, split.eval, device, dtype, pad_id) if split.eval else None
 

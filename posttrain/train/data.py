@@ -116,7 +116,9 @@ def _split_hf_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
-def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
+def open_hf_dataset(spec: str):
+    """The dataset of 'NAME_OR_DIR[:SPLIT]': a `save_to_disk` directory (a DatasetDict's SPLIT,
+    default train) or a hub dataset where downloads work; one-line DataError otherwise."""
     import datasets
 
     name, split = _split_hf_spec(spec)
@@ -135,6 +137,11 @@ def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
     except Exception as e:  # datasets raises many types; the user needs the first line
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"hf:{spec}: cannot load dataset ({first})") from None
+    return ds
+
+
+def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
+    ds = open_hf_dataset(spec)
     if "messages" not in ds.column_names:
         raise DataError(f"hf:{spec}: dataset has no 'messages' column (columns: {', '.join(ds.column_names)})")
     rows = ((i, {"messages": m}) for i, m in enumerate(ds["messages"]))

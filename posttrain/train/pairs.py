@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from posttrain.errors import DataError
-from posttrain.train.data import SHOWN_BAD_LINES, _jsonl_records, _split_hf_spec
+from posttrain.train.data import SHOWN_BAD_LINES, _jsonl_records, open_hf_dataset
 
 Messages = list[dict[str, str]]
 
@@ -99,24 +99,7 @@ def _records(spec: str, seed: int = 0, options: dict | None = None) -> Iterable[
 
 
 def _hf_records(spec: str) -> Iterable[tuple[str, Any]]:
-    import datasets
-
-    name, split = _split_hf_spec(spec)
-    try:
-        if Path(name).is_dir():
-            ds = datasets.load_from_disk(name)
-            if isinstance(ds, datasets.DatasetDict):
-                split = split or ("train" if "train" in ds else next(iter(ds)))
-                if split not in ds:
-                    raise DataError(f"hf:{spec}: no split {split!r} (has {', '.join(ds)})")
-                ds = ds[split]
-        else:
-            ds = datasets.load_dataset(name, split=split or "train")
-    except DataError:
-        raise
-    except Exception as e:  # datasets raises many types; the user needs the first line
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"hf:{spec}: cannot load dataset ({first})") from None
+    ds = open_hf_dataset(spec)
     for i, row in enumerate(ds):
         yield f"hf:{spec} row {i}", row
 

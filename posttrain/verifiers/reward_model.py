@@ -38,7 +38,6 @@ waits, not the work done.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -56,7 +55,7 @@ if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering
 log = logging.getLogger(__name__)
 
 NAME = "reward_model"
-STATS_FILE = "reward_stats.json"
+STATS_FILE = "reward_stats.json"  # what train/reward_model.py writes (imported lazily: it needs torch)
 NORMALISE = ("stats", "sigmoid")
 OPTIONS = ("path", "normalise", "batch", "timeout_s", "max_length", "gate", "device")
 
@@ -95,27 +94,18 @@ def clear_cache() -> None:
 
 
 def _read_stats(path: str) -> tuple[float, float] | None:
-    """(mean, std) from `path`/reward_stats.json; None when there is no such file."""
-    file = Path(path) / STATS_FILE
-    if not file.is_file():
+    """(mean, std) from `path`/reward_stats.json (train/reward_model.py wrote it); None when there
+    is no such file; a malformed one is a one-line ConfigError naming it."""
+    if not (Path(path) / STATS_FILE).is_file():
         return None
+    from posttrain.errors import ModelLoadError
+    from posttrain.train.reward_model import load_reward_stats
+
     try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{file}: malformed reward stats: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{file}: malformed reward stats: expected a JSON object, got {type(data).__name__}")
-    if data.get("version", 1) != 1:
-        raise ConfigError(f"{file}: malformed reward stats: version {data.get('version')!r}, expected 1")
-    values = []
-    for field in ("mean", "std"):
-        x = data.get(field)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ConfigError(f"{file}: malformed reward stats: {field!r} must be a finite number, got {x!r}")
-        values.append(float(x))
-    if not values[1] > 0:
-        raise ConfigError(f"{file}: malformed reward stats: 'std' must be > 0, got {values[1]}")
-    return values[0], values[1]
+        stats = load_reward_stats(path)
+    except ModelLoadError as e:
+        raise ConfigError(str(e)) from None
+    return stats.mean, stats.std
 
 
 def stats_for(path: str) -> tuple[float, float] | None:
