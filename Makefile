@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps demo demo-pipeline demo-real demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps demo demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps
 
@@ -62,6 +62,11 @@ $(SMOL)/config.json: | setup
 
 demo-real: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-rl.yaml
+
+# The preference stages on SmolLM2: reward model + DPO (LoRA) -> RL with reward-model rewards -> evals
+# (time on 2 CPU cores: docs/LOG.md 2026-12-03).
+demo-smollm2-pipeline: setup $(SMOL)/config.json
+	$(VENV)/bin/posttrain run configs/smollm2-pipeline.yaml
 
 # Function calling: SFT then RL on BFCL v4 simple_python + multiple (train split), held-out AST accuracy
 # of base, SFT and RL model in runs/smollm2-bfcl/report.html: ~70 min on 2 CPU cores (docs/LOG.md).

@@ -74,6 +74,9 @@ class PrefAlgoConfig(Strict):
     label_smoothing: float = Field(0.0, ge=0, lt=0.5)  # cDPO (sigmoid) / rDPO (robust): assumed label noise
     simpo_gamma: float = Field(0.5, ge=0)  # SimPO's target reward margin
     orpo_lambda: float = Field(0.1, gt=0)  # ORPO's weight of the odds-ratio term
+    # RPO: + coef x the chosen answer's mean token NLL, which keeps DPO from lowering the chosen
+    # answer's likelihood along with the rejected one's (the "both fall" failure; docs/LOG.md)
+    sft_coef: float = Field(0.0, ge=0)
     kto_desirable_weight: float = Field(1.0, gt=0)
     kto_undesirable_weight: float = Field(1.0, gt=0)
 

@@ -60,17 +60,22 @@ def item_lengths(items) -> list[int]:
 
 def pair_loss(algo: PrefAlgoConfig, pc, pr, nc, nr, rc=None, rr=None) -> P.PrefLoss:
     """The configured paired loss from summed logps `pc`/`pr` (policy), `rc`/`rr` (reference) and
-    completion token counts `nc`/`nr`; IPO, SimPO and ORPO work on length-averaged logps."""
+    completion token counts `nc`/`nr`; IPO, SimPO and ORPO work on length-averaged logps. With
+    `algo.sft_coef` (RPO) each pair's loss also has coef x the chosen answer's mean NLL."""
     ac, ar = pc / nc.clamp_min(1), pr / nr.clamp_min(1)
     if algo.loss in ("sigmoid", "robust", "hinge"):
-        return P.dpo_loss(pc, pr, rc, rr, beta=algo.beta, loss_type=algo.loss, label_smoothing=algo.label_smoothing)
-    if algo.loss == "ipo":
-        return P.dpo_loss(ac, ar, rc / nc.clamp_min(1), rr / nr.clamp_min(1), beta=algo.beta, loss_type="ipo")
-    if algo.loss == "simpo":
-        return P.simpo_loss(ac, ar, beta=algo.beta, gamma=algo.simpo_gamma, label_smoothing=algo.label_smoothing)
-    if algo.loss == "orpo":
-        return P.orpo_loss(ac, ar, -ac, lam=algo.orpo_lambda)
-    raise ValueError(f"algo.loss={algo.loss!r} is not a paired loss")
+        out = P.dpo_loss(pc, pr, rc, rr, beta=algo.beta, loss_type=algo.loss, label_smoothing=algo.label_smoothing)
+    elif algo.loss == "ipo":
+        out = P.dpo_loss(ac, ar, rc / nc.clamp_min(1), rr / nr.clamp_min(1), beta=algo.beta, loss_type="ipo")
+    elif algo.loss == "simpo":
+        out = P.simpo_loss(ac, ar, beta=algo.beta, gamma=algo.simpo_gamma, label_smoothing=algo.label_smoothing)
+    elif algo.loss == "orpo":
+        out = P.orpo_loss(ac, ar, -ac, lam=algo.orpo_lambda)
+    else:
+        raise ValueError(f"algo.loss={algo.loss!r} is not a paired loss")
+    if algo.sft_coef:
+        out = P.PrefLoss(out.loss - algo.sft_coef * ac, out.chosen_reward, out.rejected_reward)
+    return out
 
 
 # ---------------------------------------------------------------- reference logprobs
@@ -93,18 +98,31 @@ def reference_key(model_path: str, tokenizer, items) -> str:
     return h.hexdigest()[:32]
 
 
+def pair_lengths(items) -> list[int]:
+    """Tokens of each pair of interleaved pair items (the prompt once): how a step chunks pairs."""
+    return [len(items[k][0]) + len(items[k][1]) + len(items[k + 1][1]) for k in range(0, len(items), 2)]
+
+
 @torch.no_grad()
-def logps_of(model, items, *, max_tokens: int, pad_id: int, share_prompt: bool = True):
-    """Summed completion logps and completion token counts of `items`, chunked, no grad ([N] each)."""
+def logps_of(model, items, *, max_tokens: int, pad_id: int, share_prompt: bool = True, paired: bool = False):
+    """Summed completion logps and completion token counts of `items`, chunked, no grad ([N] each).
+    `paired`: the items are interleaved pairs, chunked by pair exactly as a step chunks them, so a
+    pass over the same pairs in the same order lays them out identically (at step 0 the held-out
+    rewards are then exactly 0, not float noise)."""
     sums, counts = torch.zeros(len(items)), torch.zeros(len(items))
-    for chunk in token_chunks(item_lengths(items), max_tokens):
+    if paired:
+        chunks = [[i for k in c for i in (2 * k, 2 * k + 1)] for c in token_chunks(pair_lengths(items), max_tokens)]
+    else:
+        chunks = token_chunks(item_lengths(items), max_tokens)
+    for chunk in chunks:
         s, n = completion_logps(model, [items[i] for i in chunk], max_tokens_per_microbatch=max_tokens,
                                 pad_id=pad_id, share_prefix=None if share_prompt else False)
         sums[chunk], counts[chunk] = s.detach().float().cpu(), n.float().cpu()
     return sums, counts
 
 
-def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int, *,
+                    paired: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference model's summed logps of `items` (and token counts): from the cache when this
     model, tokenizer and data were seen before, else computed with a model loaded for it and freed."""
     key = reference_key(cfg.model.path, tokenizer, items)
@@ -117,7 +135,7 @@ def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int) -> tu
     console.print(f"reference logprobs: {len(items)} sequences under {cfg.model.path} (cached as {path.name})")
     ref = load_model(cfg.model.path, dtype="float32", device=device).eval().requires_grad_(False)
     sums, counts = logps_of(ref, items, max_tokens=cfg.train.max_tokens_per_microbatch, pad_id=pad_id,
-                            share_prompt=cfg.train.packing)
+                            share_prompt=cfg.train.packing, paired=paired)
     del ref
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -185,8 +203,7 @@ class PairStep:
         return pair_loss(self.cfg.algo, pc, pr, nc, nr, rc, rr), pc, pr
 
     def _run(self, indices: list[int], train: bool) -> tuple[P.PrefLoss, torch.Tensor, torch.Tensor]:
-        lengths = [len(self.pairs[i].prompt_ids) + len(self.pairs[i].chosen_ids) + len(self.pairs[i].rejected_ids)
-                   for i in indices]
+        lengths = pair_lengths(pair_items([self.pairs[i] for i in indices]))
         parts = []
         for chunk in token_chunks(lengths, self.cfg.train.max_tokens_per_microbatch):
             out, pc, pr = self._forward([indices[k] for k in chunk])
@@ -275,7 +292,7 @@ def run(cfg: DPOConfig, resume: bool = False) -> Path:
         if cfg.algo.reference_free or not data:
             return None
         items = example_items(data) if kto else pair_items(data)
-        return reference_logps(cfg, tokenizer, items, device, pad_id)
+        return reference_logps(cfg, tokenizer, items, device, pad_id, paired=not kto)
 
     ref_train, ref_eval = refs(split.train), refs(split.eval)
     kl_train = reference_logps(cfg, tokenizer, example_items(split.train, True), device, pad_id) if kto else None

@@ -118,7 +118,7 @@ def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
             else:
                 ref = (None if cfg.algo.reference_free else
                        logps_of(model, pair_items(pairs), max_tokens=t.max_tokens_per_microbatch, pad_id=pad_id,
-                                share_prompt=t.packing))
+                                share_prompt=t.packing, paired=True))
                 step_fn = PairStep(cfg, model, pairs, ref, device, dtype, pad_id)
                 batches = [b for e in range(math.ceil(on.steps_per_round * t.pairs_per_step / len(pairs)) + 1)
                            for b in epoch_batches(len(pairs), t.pairs_per_step, t.seed + r, e)]

@@ -47,7 +47,8 @@ def test_dpo_raises_held_out_preference_accuracy_and_caches_the_reference(tmp_pa
     first, last = rows[0], rows[-1]
     # the policy starts as the reference: every implicit reward is 0 and the loss is log 2
     assert first["eval/loss"] == pytest.approx(0.6931, abs=1e-3)
-    assert first["eval/rewards/margin"] == pytest.approx(0.0, abs=1e-5)
+    # exactly: the reference pass chunks the held-out pairs as the eval pass does
+    assert first["eval/rewards/margin"] == 0.0 and first["eval/rewards/accuracy"] == 0.0
     assert last["eval/rewards/accuracy"] >= 0.9, last
     assert last["eval/loss"] < 0.5
     assert last["eval/rewards/margin"] > 0.5
@@ -160,3 +161,14 @@ def test_bad_pairs_fail_by_file_and_line_unless_skipped(tmp_path, tiny_model_dir
                                                  "data.skip_bad_lines": "true", "train.max_steps": 1}))
     first = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     assert first["bad_lines"] == 2 and first["train_pairs"] + first["eval_pairs"] == 10
+
+
+def test_sft_coef_adds_the_chosen_mean_nll_to_each_pairs_loss():
+    from posttrain.config_pref import PrefAlgoConfig
+
+    pc, pr, rc, rr = (torch.tensor(v) for v in ([-6.0, -9.0], [-8.0, -7.0], [-7.0, -8.5], [-7.5, -7.2]))
+    nc, nr = torch.tensor([3.0, 4.0]), torch.tensor([2.0, 5.0])
+    plain = dpo.pair_loss(PrefAlgoConfig(beta=0.2), pc, pr, nc, nr, rc, rr)
+    rpo = dpo.pair_loss(PrefAlgoConfig(beta=0.2, sft_coef=0.5), pc, pr, nc, nr, rc, rr)
+    assert torch.allclose(rpo.loss - plain.loss, torch.tensor([0.5 * 6.0 / 3, 0.5 * 9.0 / 4]))
+    assert torch.equal(rpo.chosen_reward, plain.chosen_reward)  # the implicit rewards are DPO's
