@@ -13,7 +13,8 @@ Kinds (each record also has `kind`, and `answer`, the true result):
 - gym_DOMAIN (any reasoning-gym domain, e.g. gym_chain_sum): the domain's own prompt, chosen its
   correct worked answer (what `gym:` SFT data trains on), rejected a plausible wrong one (a slipped
   step carried through, tasks/worked.py `wrong_steps`); `options` are the domain's reasoning-gym
-  options. Training seeds only (the eval seeds' held-out questions are skipped, as for `gym:`).
+  options, plus `holdout` (how many eval items' questions to skip, as an RL domain's `holdout`).
+  Training seeds only (the eval seeds' held-out questions are skipped, as for `gym:`).
 
 Held-out sets: train with seed s, evaluate with seed s + EVAL_SEED_OFFSET. The question space
 is cut in two by a hash of the question (one in EVAL_SHARE goes to eval), and a seed at or above
@@ -137,8 +138,10 @@ def gym_pairs(domain: str, n: int, seed: int, *, conversational: bool = True,
     if seed >= EVAL_SEED_OFFSET:
         raise ValueError(f"gym_{domain}: reasoning-gym pairs come from training seeds only; hold out with "
                          f"data.eval_fraction instead of a second pref: spec")
+    options = dict(options or {})
+    holdout = options.pop("holdout", None)  # held-out eval items whose questions are skipped (default: the domain's)
     try:
-        tasks = training_tasks(domain, n, seed, config=options)
+        tasks = training_tasks(domain, n, seed, config=options or None, holdout=holdout)
     except ConfigError as e:
         raise ValueError(str(e)) from None
     rng = random.Random(f"gym-pref:{domain}:{seed}")
