@@ -64,7 +64,7 @@ demo-real: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-rl.yaml
 
 # The preference stages on SmolLM2: reward model + DPO (LoRA) -> RL with reward-model rewards -> evals
-# (time on 2 CPU cores: docs/LOG.md 2026-12-03).
+# (smoke-run only; estimated ~55 min on 2 CPU cores: docs/LOG.md 2026-12-03).
 demo-smollm2-pipeline: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-pipeline.yaml
 
