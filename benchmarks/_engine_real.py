@@ -36,7 +36,7 @@ import time
 
 import torch
 
-from posttrain.rollout.engine import ENGINES, SamplingParams
+from posttrain.engine.protocol import ENGINES, SamplingParams
 
 CHAT = ["What is the capital of France?", "Write a Python function that reverses a string.",
         "Explain photosynthesis in one sentence.", "What is 17 * 23?", "List three colors.",
@@ -169,7 +169,7 @@ def batch1_row(path, tok, hf, rounds: int) -> None:
     rates = {}
     for dt, name in ((torch.float32, "hf fp32"), (torch.bfloat16, "hf bf16")):
         rates[name] = n / min(hf_run(hf[dt], tok, [prompt], [n], False) for _ in range(rounds))
-    from posttrain.rollout.server import SERVE_MODES
+    from posttrain.engine.server.app import SERVE_MODES
 
     engines = {"standard": engine(path, tok, **SERVE_MODES["standard"]), "fast": engine(path, tok, **SERVE_MODES["fast"]),
                "auto weights + ngram": engine(path, tok, weights="auto", speculative="ngram")}
@@ -205,13 +205,13 @@ def quality_row(path, tok, hf) -> None:
 _MEM = """
 import json, sys, torch
 from transformers import AutoTokenizer
-from posttrain.rollout.engine import ENGINES, SamplingParams
+from posttrain.engine.protocol import ENGINES, SamplingParams
 path, weights, kv = sys.argv[1:4]
 torch.set_num_threads(int(sys.argv[4]))
 from transformers import AutoConfig
-from posttrain.rollout.paged import quant
-from posttrain.rollout.paged.cache import KVCache
-from posttrain.rollout.paged.config import ModelSpec
+from posttrain.engine.paged import quant
+from posttrain.engine.paged.cache import KVCache
+from posttrain.engine.paged.config import ModelSpec
 tok = AutoTokenizer.from_pretrained(path)
 spec = ModelSpec.from_hf(AutoConfig.from_pretrained(path))
 mode = quant.resolve_mode(weights, torch.device("cpu"), spec.num_parameters)

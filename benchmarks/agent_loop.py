@@ -56,11 +56,11 @@ from rich.table import Table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT, smollm2_model  # noqa: E402,F401  (also puts the repo on sys.path)
 
-from posttrain.envs.base import Action, Resources, ToolCall, make_env, register_env  # noqa: E402
+from posttrain.envs.env import Action, Resources, ToolCall, make_env, register_env  # noqa: E402
 from posttrain.envs.episode import turn_seed  # noqa: E402
 from posttrain.envs.rollout import chat_format, run_episodes  # noqa: E402
-from posttrain.rollout.client import AsyncEngine  # noqa: E402
-from posttrain.rollout.engine import SamplingParams  # noqa: E402
+from posttrain.engine.client import AsyncEngine  # noqa: E402
+from posttrain.engine.protocol import SamplingParams  # noqa: E402
 
 console = Console(highlight=False, width=150)
 COMMANDS = ["ls -la", "find . -type f | head -40", "wc -l $(find . -type f -name '*.*' | head -20) | tail -1",
@@ -250,8 +250,8 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from posttrain.eval.harness import stop_ids
-    from posttrain.rollout.paged.engine import make_engine
+    from posttrain.eval.run import stop_ids
+    from posttrain.engine.paged.engine import make_engine
 
     if args.threads:
         torch.set_num_threads(args.threads)

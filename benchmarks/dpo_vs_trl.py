@@ -181,11 +181,11 @@ class OursSide:
     """Our DPO step (recipes/dpo.PairStep) on our own copy of the model; `run_round` trains `steps` steps."""
 
     def __init__(self, model_dir: str, raw: list[tuple], steps: int, pad_id: int, out_dir: str):
-        from posttrain.config import ModelConfig, OptimConfig
-        from posttrain.config_pref import DPOConfig, PrefAlgoConfig, PrefTrainConfig
+        from posttrain.config.rl import ModelConfig, OptimConfig
+        from posttrain.config.pref import DPOConfig, PrefAlgoConfig, PrefTrainConfig
         from posttrain.recipes.dpo import PairStep, logps_of, pair_items
         from posttrain.recipes.pref_loop import epoch_batches
-        from posttrain.train.model import load_model
+        from posttrain.core.hf import load_model
         from posttrain.train.optim import build_optimizer
         from posttrain.train.pairs import TokenPair
 

@@ -45,8 +45,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain.rollout.engine import ENGINES, SamplingParams
-from posttrain.rollout.paged.spec import enable_speculative
+from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.paged.spec import enable_speculative
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

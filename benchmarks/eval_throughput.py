@@ -13,7 +13,7 @@ Model: `--model`, else SmolLM2-135M-Instruct converted once into .cache/posttrai
 Tasks: `posttrain.eval.sources.load_spec(--tasks, --tasks-per-domain, --seed)` (reasoning-gym items from the
 held-out eval seeds, default 6 domains x 16 = 96 tasks), each scored by its own verifiers.
 
-- ours: `posttrain.eval.suite.evaluate_tasks`, the code path of `posttrain eval` (harness.py `run`): the engine
+- ours: `posttrain.eval.evaluate.evaluate_tasks`, the code path of `posttrain eval` (harness.py `run`): the engine
   from `harness.build_engine` (`ENGINES["paged"]`, dtype auto, max_num_seqs = --batch-size, plus the engine
   option `weights` = each of --weights; the default `exact` is what `posttrain eval` runs, EvalConfig having no
   engine_options), the single-turn environment (chat template, token-in token-out), chunks of
@@ -55,7 +55,7 @@ from rich.table import Table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT, SMOLLM2, SMOLLM2_DIR, smollm2_model  # noqa: E402  (also puts the repo on sys.path)
 
-from posttrain.errors import PosttrainError  # noqa: E402
+from posttrain.core.errors import PosttrainError  # noqa: E402
 
 TASKS = "basic_arithmetic,chain_sum,leg_counting,letter_counting,number_sorting,spell_backward"
 WEIGHTS = ("exact", "auto", "bf16", "int8", "int8-weight-only")  # the paged engine's `weights` modes (quant.py)
@@ -82,7 +82,7 @@ def max_new(task, max_tokens: int) -> int:
 
 def run_ours(engine, tokenizer, tasks, args, stops) -> dict:
     """`posttrain eval`'s evaluate_tasks call (harness.run), timed; engine.generate timed inside it."""
-    from posttrain.eval.suite import evaluate_tasks
+    from posttrain.eval.evaluate import evaluate_tasks
     from posttrain.telemetry.progress import progress_bar
 
     generate, spent = engine.generate, [0.0]
@@ -113,10 +113,10 @@ def run_hf(model, tokenizer, tasks, texts: list[str], prompt_lens: list[int], ar
     """The old path: eval/generate.py `generate` (batches of --batch-size, per max-new-tokens group),
     then the verifiers on Trajectories built from the text, summarised like evaluate_tasks."""
     from posttrain.eval.generate import generate
-    from posttrain.eval.suite import summarize, verify_samples
-    from posttrain.rollout.engine import SamplingParams
+    from posttrain.eval.evaluate import summarize, verify_samples
+    from posttrain.engine.protocol import SamplingParams
     from posttrain.telemetry.progress import progress_bar
-    from posttrain.types import Trajectory
+    from posttrain.core.types import Trajectory
 
     caps = [max_new(t, args.max_tokens) for t in tasks]
     gens: list = [None] * len(tasks)
@@ -181,12 +181,12 @@ def main() -> None:
 
 
 def measure(args, weights: list[str]) -> dict:
-    from posttrain.config import EvalConfig
+    from posttrain.config.rl import EvalConfig
     from posttrain.envs.single_turn import prompt_ids
-    from posttrain.eval.harness import build_engine, stop_ids
+    from posttrain.eval.run import build_engine, stop_ids
     from posttrain.eval.sources import load_spec
-    from posttrain.rollout.engine import SamplingParams
-    from posttrain.train.model import load_model, load_tokenizer, pick_device
+    from posttrain.engine.protocol import SamplingParams
+    from posttrain.core.hf import load_model, load_tokenizer, pick_device
 
     device = pick_device()
     load_start = os.getloadavg()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT, _config_path, sft_model, task_options  # noqa: E402
 
 from posttrain.checkpoint import latest_checkpoint  # noqa: E402
-from posttrain.config import DomainConfig, PipelineConfig, load_config  # noqa: E402
+from posttrain.config.rl import DomainConfig, PipelineConfig, load_config  # noqa: E402
 
 console = Console(stderr=True, highlight=False)
 RATIOS = (0.0, 0.3, 0.5)
@@ -60,11 +60,11 @@ def rl_config(args, model: str, tasks: list[DomainConfig], out: Path, steps: int
 
 def held_out(model: str, domains: list[DomainConfig]) -> dict[str, float]:
     """Greedy pass@1 per domain through the in-loop eval path (the paged engine, the verifier registry)."""
-    from posttrain.eval.harness import stop_ids
-    from posttrain.eval.suite import evaluate_in_loop
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.eval.run import stop_ids
+    from posttrain.eval.evaluate import evaluate_in_loop
+    from posttrain.engine.protocol import ENGINES
     from posttrain.tasks.mixture import build_mixture
-    from posttrain.train.model import load_tokenizer
+    from posttrain.core.hf import load_tokenizer
 
     tokenizer = load_tokenizer(model)
     engine = ENGINES["paged"](model, tokenizer, dtype="float32")

@@ -107,7 +107,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from posttrain.train import rl_batch as new
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     if args.model:
         model = load_model(sft_model(args.model), dtype="float32", device=torch.device("cpu"))

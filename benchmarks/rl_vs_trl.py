@@ -45,10 +45,10 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from posttrain.config import (  # noqa: E402
+from posttrain.config.rl import (  # noqa: E402
     DomainConfig, DynamicSamplingConfig, EvalConfig, LoggingConfig, ModelConfig, OptimConfig, RLConfig,
     RLTrainConfig, RolloutConfig, TemperatureConfig)
-from posttrain.errors import PosttrainError  # noqa: E402
+from posttrain.core.errors import PosttrainError  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import sft_model, task_options  # noqa: E402
@@ -125,7 +125,7 @@ GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.
 def hook_ours() -> None:
     """Count completions per step at the engine (all attempts); pass the turn after each metrics line."""
     from posttrain.recipes import rl
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.engine.protocol import ENGINES
 
     def counting(original):
         def counting_engine(*a, **kw):
@@ -174,8 +174,8 @@ def run_trl(args, out_dir: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from posttrain.tasks.mixture import build_mixture
-    from posttrain.train.model import load_model, load_tokenizer
-    from posttrain.types import Trajectory
+    from posttrain.core.hf import load_model, load_tokenizer
+    from posttrain.core.types import Trajectory
     from posttrain.verifiers import get_verifier
 
     for quiet in (hf_logging.set_verbosity_error, hf_logging.disable_progress_bar, datasets.disable_progress_bars):
@@ -258,7 +258,7 @@ def run_trl(args, out_dir: Path) -> dict:
 
 
 def evaluate(model: str, n: int, out: Path) -> float:
-    from posttrain.eval.harness import run
+    from posttrain.eval.run import run
     cfg = EvalConfig(model=str(model), tasks=",".join(DOMAINS), n_per_domain=n,
                      task_options={d: OPTIONS[d] for d in DOMAINS}, out=str(out))
     return run(cfg)["overall"]["pass@1"]

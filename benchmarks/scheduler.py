@@ -29,7 +29,7 @@ episodes age and those older than --max-staleness versions are cancelled and re-
 - FIFO static batching: the tasks in arrival order (each batch --short short and --long long
   tasks, shuffled), one `posttrain.envs.rollout.rollout()` call per batch, waited for entirely
   (every episode, long or short) before the next; groups without signal are dropped;
-- ours: `posttrain.scheduler.core.Scheduler.run_step` with `scheduler.close: enough`,
+- ours: `posttrain.rl.collect.Scheduler.run_step` with `scheduler.close: enough`,
   `over_provision: 1.5`, lanes on (`long_share: 0.25`), dynamic sampling on (--max-attempts
   rounds, default the RL default 3; at most 4 x prompts_per_step groups a step): a step closes
   once prompts_per_step groups with signal are done, the unfinished tail carries over.
@@ -71,8 +71,8 @@ from rich.table import Table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT  # noqa: E402,F401  (puts the repo on sys.path)
 
-from posttrain.envs.base import Observation, StepResult, register_env  # noqa: E402
-from posttrain.types import Limits, Score, Task  # noqa: E402
+from posttrain.envs.env import Observation, StepResult, register_env  # noqa: E402
+from posttrain.core.types import Limits, Score, Task  # noqa: E402
 from posttrain.verifiers import register  # noqa: E402
 
 console = Console(highlight=False, width=150)
@@ -221,7 +221,7 @@ class EngineClock:
 
 
 def quantile(xs: list[float], q: float) -> float:
-    from posttrain.scheduler.utilisation import quantile as _q
+    from posttrain.rl.utilisation import quantile as _q
 
     return _q(xs, q)
 
@@ -246,7 +246,7 @@ def _summary(name, wall, busy, started, signal: Counter, short_ids: list[str], e
 
 def run_fifo(engine, tok, clock, args, stop_ids) -> dict:
     from posttrain.envs.rollout import rollout
-    from posttrain.rollout.engine import SamplingParams
+    from posttrain.engine.protocol import SamplingParams
     from posttrain.verifiers import run_verifiers_many, task_score
 
     sources = {k: StreamSource(k, args.seed, args.short_tokens, args.long_tokens) for k in ("short", "long")}
@@ -276,9 +276,9 @@ def run_fifo(engine, tok, clock, args, stop_ids) -> dict:
 
 
 def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
-    from posttrain.config import RLConfig, validate
-    from posttrain.scheduler.core import Scheduler
-    from posttrain.scheduler.groups import StepContext
+    from posttrain.config.rl import RLConfig, validate
+    from posttrain.rl.collect import Scheduler
+    from posttrain.rl.scoring import StepContext
     from posttrain.tasks.mixture import Mixture
 
     cfg = validate(RLConfig, {
@@ -349,7 +349,7 @@ def main() -> None:
 
     import torch
 
-    from posttrain.rollout.paged.engine import make_engine
+    from posttrain.engine.paged.engine import make_engine
     from posttrain.sandbox import LocalSandbox
     from posttrain.train.tiny import make_tiny_model, save_model
     from posttrain.train.tokenizer import build_tokenizer
@@ -374,7 +374,7 @@ def main() -> None:
             f"{args.threads} torch thread(s); {args.steps} steps x ({args.short} short + {args.long} long) groups "
             f"of {args.samples}")
         from posttrain.envs.rollout import rollout
-        from posttrain.rollout.engine import SamplingParams
+        from posttrain.engine.protocol import SamplingParams
 
         warm = [make_task("short", -1 - i, args.seed, 8, 8) for i in range(2)]  # warm-up (first-call costs)
         rollout(engine, tok, warm, [2, 2], SamplingParams(max_tokens=8, stop_token_ids=stop_ids), [0, 10], 0)

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import yaml
 
-from posttrain.errors import CheckpointError, ConfigError
-from posttrain.train.model import quiet_hf_progress
+from posttrain.core.errors import CheckpointError, ConfigError
+from posttrain.core.hf import quiet_hf_progress
 
 FORMAT = 1
 CHECKPOINTS = "checkpoints"

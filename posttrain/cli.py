@@ -20,7 +20,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from posttrain.errors import ConfigError, PosttrainError
+from posttrain.core.errors import ConfigError, PosttrainError
 from posttrain.models.cli import app as models_app
 from posttrain.sandbox.cli import app as sandbox_app
 from posttrain.tasks.cli import app as tasks_app
@@ -59,7 +59,7 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue each stage from its newest complete checkpoint."),
 ) -> None:
     """Run a pipeline of stages (base, sft, rm, dpo, rl, eval, report) from one config."""
-    from posttrain.config import PipelineConfig, load_config
+    from posttrain.config.rl import PipelineConfig, load_config
 
     path, rest = _split(config, overrides)
     cfg = load_config(PipelineConfig, path, rest)
@@ -76,7 +76,7 @@ def base(
     out: Optional[str] = typer.Option(None, "--out", help="Directory for the base model (overrides out_dir)."),
 ) -> None:
     """Build the embedded default base model: local tokenizer + tiny HF model pretrained on CPU."""
-    from posttrain.config import BaseConfig, load_config
+    from posttrain.config.rl import BaseConfig, load_config
 
     path, rest = _split(config, overrides)
     if out is not None:
@@ -92,7 +92,7 @@ def _train(section: str, recipe: str, label: str, config, overrides, resume: boo
     """Load the `section` config class (module.Class), apply --skip-bad-lines, run the recipe."""
     import importlib
 
-    from posttrain.config import load_config
+    from posttrain.config.rl import load_config
 
     module, _, name = section.rpartition(".")
     path, rest = _split(config, overrides)
@@ -111,21 +111,21 @@ SkipOpt = typer.Option(False, "--skip-bad-lines", help="Count and report bad dat
 def sft(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
         resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Supervised fine-tuning on chat data, with sequence packing."""
-    _train("posttrain.config.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
+    _train("posttrain.config.rl.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
 def rm(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
        resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Train a Bradley-Terry reward model on preference pairs (saved as an HF sequence classifier)."""
-    _train("posttrain.config_pref.RMConfig", "rm", "reward model", config, overrides, resume, skip_bad_lines)
+    _train("posttrain.config.pref.RMConfig", "rm", "reward model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
 def dpo(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
         resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Preference optimisation: DPO, IPO, hinge, robust DPO, SimPO, ORPO, KTO; offline or online."""
-    _train("posttrain.config_pref.DPOConfig", "dpo", "dpo model", config, overrides, resume, skip_bad_lines)
+    _train("posttrain.config.pref.DPOConfig", "dpo", "dpo model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
@@ -135,7 +135,7 @@ def rl(
     resume: bool = typer.Option(False, "--resume", help="Continue exactly from the newest complete checkpoint."),
 ) -> None:
     """Reinforcement learning with verifiable rewards (GRPO, Dr. GRPO, RLOO, REINFORCE++)."""
-    from posttrain.config import RLConfig, load_config
+    from posttrain.config.rl import RLConfig, load_config
 
     path, rest = _split(config, overrides)
     cfg = load_config(RLConfig, path, rest)
@@ -168,7 +168,7 @@ def eval_(
     if suite is not None:
         _eval_suite(path or DEFAULT_SUITES, rest, suite, models, list(label or []), out, engine, samples, n, tasks)
         return
-    from posttrain.config import EvalConfig, load_config
+    from posttrain.config.rl import EvalConfig, load_config
 
     if len(models) > 1 or label:
         raise ConfigError("eval: several --model (and --label) need --suite NAME; without it, give one --model")
@@ -177,15 +177,14 @@ def eval_(
         if value is not None:
             rest.append(f"{key}={value}")
     cfg = load_config(EvalConfig, path, rest)
-    from posttrain.eval import harness
-
+    from posttrain.eval import run as harness
     harness.run(cfg)
 
 
 def _eval_suite(path: str, rest: list[str], name: str, models: list[str], labels: list[str], out: Optional[str],
                 engine: Optional[str], samples: Optional[int], n: Optional[int], tasks: Optional[str]) -> None:
-    from posttrain.errors import gate_failure
-    from posttrain.eval.suites import load_suites, run_suite
+    from posttrain.core.errors import gate_failure
+    from posttrain.eval.compare_models import load_suites, run_suite
 
     if not models:
         raise ConfigError("eval --suite: name at least one --model")
@@ -227,7 +226,7 @@ def serve(
         "interactive use) or standard (the checkpoint's exact weights; long, hard reasoning)."),
 ) -> None:
     """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
-    from posttrain.rollout.server import serve as run_server
+    from posttrain.engine.server.app import serve as run_server
 
     run_server(model, host=host, port=port, engine=engine, model_name=model_name,
                enable_weight_updates=enable_weight_updates, mode=mode)

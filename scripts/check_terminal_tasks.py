@@ -1,6 +1,6 @@
 """Local checker for the terminal task folders: every oracle passes, every initial state fails.
 
-    .venv/bin/python scripts/check_terminal_tasks.py                      # all of posttrain/data/terminal_tasks
+    .venv/bin/python scripts/check_terminal_tasks.py                      # all of posttrain/domains/terminal/data
     .venv/bin/python scripts/check_terminal_tasks.py fix-typeerror-script  # some tasks by name
     .venv/bin/python scripts/check_terminal_tasks.py --root DIR           # another folder of tasks
 
@@ -34,7 +34,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_ROOT = REPO / "posttrain" / "data" / "terminal_tasks"
+DEFAULT_ROOT = REPO / "posttrain" / "domains" / "terminal" / "data"
 PYTEST = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 MAX_TASK_BYTES = 50_000
 SECTIONS = {

@@ -23,12 +23,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posttrain.config import AlgoConfig, RLConfig, load_config
-from posttrain.rollout.paged import quant
+from posttrain.config.rl import AlgoConfig, RLConfig, load_config
+from posttrain.engine.paged import quant
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logprobs, sequence_logprobs, token_logits
 from posttrain.train.rl_update import corrected_old_and_weights, update_policy
 from posttrain.train.step import build_samples
-from posttrain.types import Group, Task, Trajectory
+from posttrain.core.types import Group, Task, Trajectory
 from tests.unit.train.test_rl_update import GradRecorder, NoSchedule, base_model, model, sampled  # noqa: F401 (fixtures)
 
 PAD = 0
@@ -218,9 +218,9 @@ def test_tis_cap_none_turns_the_correction_off_but_still_measures(model):
 
 def test_rollout_records_the_engines_weights_precision(tiny_model_dir):
     from posttrain.envs.rollout import rollout
-    from posttrain.rollout.engine import SamplingParams
-    from posttrain.rollout.hf import HFEngine
-    from posttrain.train.model import load_tokenizer
+    from posttrain.engine.protocol import SamplingParams
+    from posttrain.engine.hf import HFEngine
+    from posttrain.core.hf import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     task = Task(id="t/2", domain="t", prompt=({"role": "user", "content": "Calculate 1 + 2."},), reference="3")
@@ -267,7 +267,7 @@ def run_toy(tmp_path, model_dir, overrides: dict) -> dict:
     Intel AMX machine; on an AMD Zen 4 (avx512_bf16) the bf16 run was still at 0.82 after 24 (exact 0.96),
     and every setting reached 1.0 by 32."""
     from posttrain.recipes import rl
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.engine.protocol import ENGINES
     from posttrain.telemetry.metrics import read_metrics
     from tests.recipes.rl_toy import overrides as toy_overrides, write_tasks
 

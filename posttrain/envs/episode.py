@@ -41,11 +41,11 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from posttrain.envs.base import Action, Env, InfraError, Observation
-from posttrain.errors import ConfigError
+from posttrain.envs.env import Action, Env, InfraError, Observation
+from posttrain.core.errors import ConfigError
 from posttrain.envs.template import POLICY, ChatFormat, TemplateError
-from posttrain.rollout.engine import SamplingParams
-from posttrain.types import Limits, Task, Trajectory
+from posttrain.engine.protocol import SamplingParams
+from posttrain.core.types import Limits, Task, Trajectory
 
 STEP_GRACE_S = 5.0  # an env step may take its calls' tool_timeout plus this before the loop gives up on it
 TRUNCATION_MARKER = "\n[... observation truncated: {n} more tokens ...]"
@@ -102,7 +102,7 @@ def _message(obs: Observation) -> dict:
 
 def _checked_action(fmt: ChatFormat, text: str, tools) -> tuple[Action, list[Observation]]:
     """The turn parsed; calls that fail their schema (or parse) leave as error observations."""
-    from posttrain.envs.base import error_observation
+    from posttrain.envs.env import error_observation
 
     if not tools or fmt.parser is None:
         return Action(text=text, content=text.strip()), []

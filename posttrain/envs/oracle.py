@@ -21,7 +21,7 @@ import threading
 from typing import Mapping, Sequence
 
 from posttrain.envs.episode import turn_seed
-from posttrain.rollout.engine import Completion, StepOutput
+from posttrain.engine.protocol import Completion, StepOutput
 
 
 class OracleEngine:

@@ -28,14 +28,14 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from posttrain.envs.base import InfraError, Resources, make_env
+from posttrain.envs.env import InfraError, Resources, make_env
 from posttrain.envs.episode import failed_episode, run_episode
-from posttrain.envs.metrics import is_episode_domain
+from posttrain.envs.stats import is_episode_domain
 from posttrain.envs.template import ChatFormat
-from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.rollout.client import AsyncEngine
-from posttrain.rollout.engine import Engine, SamplingParams
-from posttrain.types import Task, Trajectory
+from posttrain.core.errors import ConfigError, ModelLoadError
+from posttrain.engine.client import AsyncEngine
+from posttrain.engine.protocol import Engine, SamplingParams
+from posttrain.core.types import Task, Trajectory
 
 
 def chat_format(tokenizer, tasks: Sequence[Task], parser: str = "auto", template_check: str = "refuse") -> ChatFormat:

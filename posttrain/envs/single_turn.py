@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.envs.base import Action, Resources, StepResult, register_env
-from posttrain.types import Message, Score, Task
+from posttrain.envs.env import Action, Resources, StepResult, register_env
+from posttrain.core.types import Message, Score, Task
 
 
 def prompt_ids(tokenizer, task: Task, parser=None) -> list[int]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from typing import Mapping, Sequence
 
-from posttrain.errors import ConfigError, ModelLoadError
+from posttrain.core.errors import ConfigError, ModelLoadError
 
 POLICY, ENV, TEMPLATE = 0, 1, 2
 PROMPT_CACHE_SIZE = 4096  # rendered first prompts kept per model
@@ -190,7 +190,7 @@ def check_template(fmt: ChatFormat, tools: Sequence[Mapping] | None = None) -> l
     if stop is None:
         problems.append("turn_end: the template writes no special token after an assistant message, so the end "
                         "of a sampled turn cannot be matched to it")
-    from posttrain.envs.base import ToolCall
+    from posttrain.envs.env import ToolCall
     from posttrain.envs.tools.parsers import get_parser
 
     turn1 = (fmt.parser or get_parser("hermes")).format_calls([ToolCall("lookup", {"q": "x"}, "call_0")], "checking")

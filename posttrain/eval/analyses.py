@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import Any, Sequence
 
-from posttrain.eval.suite import SampleRecord
-from posttrain.types import Task
+from posttrain.eval.evaluate import SampleRecord
+from posttrain.core.types import Task
 
-ANALYSES: dict[str, str] = {"long_context": "posttrain.eval.longctx:summarize",
-                             "safety": "posttrain.eval.redteam:summarize"}
+ANALYSES: dict[str, str] = {"long_context": "posttrain.domains.longctx.analysis:summarize",
+                             "safety": "posttrain.domains.redteam.source:summarize"}
 
 
 def run_analyses(tasks: Sequence[Task], records: Sequence[SampleRecord], engine=None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.eval.passk import pass_at_k
 
 ALPHA = 0.05

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from posttrain.config_eval import EvalSection, GateConfig
+from posttrain.config.eval import EvalSection, GateConfig
 from posttrain.eval.compare import gate_row
-from posttrain.types import Task
+from posttrain.core.types import Task
 from posttrain.verifiers.monitors import Alert, write_alerts
 
 BEST_DIR = "best"
@@ -49,7 +49,7 @@ class Verdict:
 
 class SuiteEvals:
     def __init__(self, section: EvalSection, out_dir: str | Path, tokenizer, stop_ids: Sequence[int]):
-        from posttrain.eval.harness import with_verifiers
+        from posttrain.eval.run import with_verifiers
         from posttrain.eval.sources import load_spec
 
         self.section, self.out_dir, self.tokenizer, self.stop_ids = section, Path(out_dir), tokenizer, tuple(stop_ids)
@@ -64,8 +64,8 @@ class SuiteEvals:
 
     def evaluate(self, engine, step: int) -> dict[str, float]:
         """Every suite on `engine` (already holding the weights of `step`); flat metrics."""
-        from posttrain.eval.harness import sampling_temperature, tasks_per_call
-        from posttrain.eval.suite import evaluate_tasks
+        from posttrain.eval.run import sampling_temperature, tasks_per_call
+        from posttrain.eval.evaluate import evaluate_tasks
 
         out: dict[str, float] = {}
         for name, s in self.section.suites.items():
@@ -117,7 +117,7 @@ class SuiteEvals:
         """out_dir/final := out_dir/best (the best eval step's model)."""
         import shutil
 
-        from posttrain.fsio import replace_dir
+        from posttrain.core.fsio import replace_dir
 
         tmp = self.out_dir / ".final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)

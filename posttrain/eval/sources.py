@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from posttrain.errors import ConfigError, DataError
-from posttrain.fsio import read_jsonl
-from posttrain.tasks.humaneval import HUMANEVAL_KEYS, load_humaneval
-from posttrain.types import Task
+from posttrain.core.errors import ConfigError, DataError
+from posttrain.core.fsio import read_jsonl
+from posttrain.domains.humaneval.source import HUMANEVAL_KEYS, load_humaneval
+from posttrain.core.types import Task
 
 _SUFFIXES = (".jsonl.gz", ".jsonl")
 
@@ -160,7 +160,7 @@ def load_spec(spec: str | Sequence[str | Mapping[str, Any]], default_n: int, see
               task_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Task]:
     """The tasks of every item of `spec`, in spec order (see the module docstring)."""
     from posttrain.tasks import registry
-    from posttrain.tasks.reasoning_gym import make_tasks
+    from posttrain.domains.reasoning_gym.source import make_tasks
 
     defaults = task_options or {}
     tasks: list[Task] = []

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from posttrain.errors import ModelLoadError
+from posttrain.core.errors import ModelLoadError
 
 SOURCE_NOTE = "posttrain_source.json"
 FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -224,7 +224,7 @@ def load_gguf(info: GgufInfo):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from posttrain.train.model import quiet_hf_progress
+    from posttrain.core.hf import quiet_hf_progress
 
     kwargs: dict[str, Any] = {"gguf_file": info.path.name, "local_files_only": True}
     model_kwargs: dict[str, Any] = {"dtype": torch.float32}
@@ -311,7 +311,7 @@ def convert_gguf(path: str | os.PathLike, out: str | os.PathLike, *, force: bool
                  source: dict | None = None) -> Converted:
     """Convert a GGUF file into an HF directory at `out` (see the module docstring).
     `source` (the package it came from, for `posttrain models get`) goes into the source note."""
-    from posttrain.fsio import replace_dir
+    from posttrain.core.fsio import replace_dir
 
     info = inspect_gguf(path)
     out = Path(out)
@@ -324,7 +324,7 @@ def convert_gguf(path: str | os.PathLike, out: str | os.PathLike, *, force: bool
         warnings.append(f"{info.path}: no chat template in the file (tokenizer.chat_template); SFT, RL and "
                         f"chat eval need one: add {out / 'chat_template.jinja'} before using them")
 
-    from posttrain.train.model import quiet_hf_progress
+    from posttrain.core.hf import quiet_hf_progress
 
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from posttrain.errors import ModelLoadError
+from posttrain.core.errors import ModelLoadError
 from posttrain.models.convert import Converted, check_out_dir, convert_gguf
 
 

@@ -29,16 +29,16 @@ from pathlib import Path
 
 import torch
 
-from posttrain.config import BaseConfig, save_config
-from posttrain.errors import ConfigError, PosttrainError
-from posttrain.fsio import replace_dir
-from posttrain.tasks.reasoning_gym import EVAL_SEED_START, check_domain, split_count, training_tasks
+from posttrain.config.rl import BaseConfig, save_config
+from posttrain.core.errors import ConfigError, PosttrainError
+from posttrain.core.fsio import replace_dir
+from posttrain.domains.reasoning_gym.source import EVAL_SEED_START, check_domain, split_count, training_tasks
 from posttrain.tasks.worked import worked_steps, wrong_steps
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.optim import clip_grad_norm, decayed, param_groups
 from posttrain.train.threads import ThreadTuner
-from posttrain.types import Task
+from posttrain.core.types import Task
 
 CORPUS_VERSION = 2  # bump when the corpus format or the training loop changes the weights
 BASE_SEED_OFFSET = 500_000  # the base corpus comes from seeds 500_000 + cfg.seed ... (SFT uses 0 ...)
@@ -202,7 +202,7 @@ def pretrain(model, rows: torch.Tensor, cfg: BaseConfig, logger: MetricsLogger) 
 def probe(model, tokenizer, domains: list[str], n: int, seed: int = EVAL_SEED_START) -> dict[str, float]:
     """Accuracy of the raw-text completion of `Question: ...\\nSolution:` on n held-out tasks per domain."""
     from posttrain.eval.generate import generate
-    from posttrain.tasks.reasoning_gym import make_tasks, score
+    from posttrain.domains.reasoning_gym.source import make_tasks, score
 
     out = {}
     for domain in domains:

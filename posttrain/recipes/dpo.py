@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from posttrain.algos import preference as P
-from posttrain.config_pref import DPOConfig, PrefAlgoConfig
+from posttrain.config.pref import DPOConfig, PrefAlgoConfig
 from posttrain.recipes.pref_loop import console, no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
 from posttrain.train.run import export_final
 from posttrain.train.weights import model_identity

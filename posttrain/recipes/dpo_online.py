@@ -27,19 +27,19 @@ import time
 from pathlib import Path
 
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config import save_config
-from posttrain.config_pref import DPOConfig
-from posttrain.eval.harness import CORRECT, stop_ids
+from posttrain.config.rl import save_config
+from posttrain.config.pref import DPOConfig
+from posttrain.eval.run import CORRECT, stop_ids
 from posttrain.recipes.dpo import BothFallAlert, PairStep, logps_of
 from posttrain.recipes.pref_loop import console, epoch_batches, start, trainable
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.pair_forward import pair_items
 from posttrain.train.pairs import TokenPair
 from posttrain.train.run import export_final
-from posttrain.types import SamplingParams, Trajectory
+from posttrain.core.types import SamplingParams, Trajectory
 
 
 def sample_pairs(engine, tokenizer, tasks, *, samples: int, max_tokens: int, temperature: float, seed: int,
@@ -74,7 +74,7 @@ def sample_pairs(engine, tokenizer, tasks, *, samples: int, max_tokens: int, tem
 
 
 def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.engine.protocol import ENGINES
     from posttrain.tasks.mixture import build_mixture
     from posttrain.train.weights import engine_state_dict
 

@@ -32,9 +32,9 @@ from typing import Callable
 
 from rich.console import Console
 
-from posttrain.config import PipelineConfig, config_text, save_config
-from posttrain.errors import ConfigError
-from posttrain.fsio import write_text_atomic
+from posttrain.config.rl import PipelineConfig, config_text, save_config
+from posttrain.core.errors import ConfigError
+from posttrain.core.fsio import write_text_atomic
 
 console = Console(stderr=True)
 
@@ -175,8 +175,8 @@ def _trained_stage(name: str):
 
 def _eval(cfg: PipelineConfig, resume: bool) -> None:
     """Every suite on every model (run_dir/eval/SUITE/), then the gates: a failed one fails the pipeline."""
-    from posttrain.errors import gate_failure
-    from posttrain.eval.suites import run_suite
+    from posttrain.core.errors import gate_failure
+    from posttrain.eval.compare_models import run_suite
 
     ev = cfg.eval
     models = eval_models(cfg, stage_outputs(cfg))

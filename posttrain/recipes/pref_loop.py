@@ -28,8 +28,8 @@ import torch
 from rich.console import Console
 
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config import save_config
-from posttrain.errors import CheckpointError, DataError
+from posttrain.config.rl import save_config
+from posttrain.core.errors import CheckpointError, DataError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.lora import trainable_parameters
@@ -48,7 +48,7 @@ class Setup:
 
 def start(cfg) -> Setup:
     """Seed, pick the device and dtype, load the tokenizer (first thing in rm and dpo)."""
-    from posttrain.train.model import load_tokenizer, pick_device, resolve_dtype
+    from posttrain.core.hf import load_tokenizer, pick_device, resolve_dtype
     from posttrain.train.run import seed_everything
 
     seed_everything(cfg.train.seed)

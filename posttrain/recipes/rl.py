@@ -5,7 +5,7 @@
 
 One step:
   1. temperature from the schedule (linear / cosine / constant over epochs);
-  2. rollout + verify (posttrain/scheduler/: the step's work items): fresh tasks drawn from the
+  2. rollout + verify (posttrain/rl/: the step's work items): fresh tasks drawn from the
      domain mixture by weight x expected signal (quotas, breakers, curriculum levels) and replay
      groups of stored successes (`buffer.replay_ratio` of the trajectories; buffer.py says
      why and how), `samples_per_prompt` episodes each over the engine in lanes, verified,
@@ -42,25 +42,26 @@ from pathlib import Path
 from rich.console import Console
 
 from posttrain.algos.temperature import temperature_at
-from posttrain.buffer import ReplayBuffer
+from posttrain.rl.buffer import ReplayBuffer
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config import RLConfig, save_config
-from posttrain.errors import CheckpointError, gate_failure
-from posttrain.eval.harness import stop_ids
+from posttrain.config.rl import RLConfig, save_config
+from posttrain.core.errors import CheckpointError, gate_failure
+from posttrain.eval.run import stop_ids
 from posttrain.eval.in_loop import SuiteEvals
-from posttrain.eval.suite import evaluate_in_loop
+from posttrain.eval.evaluate import evaluate_in_loop
 from posttrain.recipes.rl_audit import Auditor
-from posttrain.recipes.rl_eval import domain_metrics
+from posttrain.recipes.rl_metrics import domain_metrics
 from posttrain.recipes.rl_support import BadSteps, Threads, TimeCap, staleness_metrics, step_metrics, warn
-from posttrain.cluster import install_sandbox_for, make_engine_for
-from posttrain.rollout.weight_sync import make_transport, receive_and_swap
-from posttrain.scheduler.core import Scheduler, make_curricula
-from posttrain.scheduler.groups import StepContext, replay_metrics
+from posttrain.scale import install_sandbox_for, make_engine_for
+from posttrain.engine.weight_sync import make_transport, receive_and_swap
+from posttrain.rl.collect import Scheduler, make_curricula
+from posttrain.rl.scoring import StepContext, replay_metrics
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.telemetry.timer import PhaseTimer
-from posttrain.train.model import load_model, load_policy, load_tokenizer, pick_device, resolve_dtype
+from posttrain.core.hf import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.train.policy import load_policy
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.run import export_final, seed_everything
 from posttrain.train.step import train_step
@@ -87,7 +88,7 @@ def engine_options(cfg: RLConfig, device) -> dict:
 def build_metrics(seconds: float) -> dict[str, float]:
     """What building the domains' tasks cost (logged at step 0 and said in one line): per reasoning-gym
     domain the seconds spent generating items and the items skipped because their generator raised."""
-    from posttrain.tasks.rg_build import build_report
+    from posttrain.domains.reasoning_gym.build import build_report
 
     report = build_report()
     skipped = {d: r["skipped"] for d, r in report.items() if r["skipped"]}
@@ -122,11 +123,11 @@ def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
     build = build_metrics(time.perf_counter() - built)
 
     # 2. models: policy (fp32 master weights), reference only when KL is on, the rollout engine
-    #    (cluster.trainer ddp / fsdp2: the trainer's ranks, this process being rank 0: posttrain/dist/)
+    #    (cluster.trainer ddp / fsdp2: the trainer's ranks, this process being rank 0: posttrain/train/distributed/)
     tokenizer = load_tokenizer(cfg.model.path)
     trainer = host = None
     if cfg.cluster.trainer != "single":
-        from posttrain.dist.rl_worker import spawn_trainer_ranks
+        from posttrain.train.distributed.rl_worker import spawn_trainer_ranks
         trainer = spawn_trainer_ranks(cfg, total_updates=t.steps * t.updates_per_step,
                                       pad_id=tokenizer.pad_token_id, device=device)
         stack.callback(trainer.close)
@@ -138,7 +139,7 @@ def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
         optimizer = build_optimizer(policy, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     ref_id = model_identity(cfg.model.path) if ref is not None else None
-    # cluster.backend=ray: rollout workers and sandbox workers are Ray actors (posttrain/cluster/)
+    # cluster.backend=ray: rollout workers and sandbox workers are Ray actors (posttrain/scale/)
     engine = make_engine_for(cfg, tokenizer, device)
     install_sandbox_for(cfg)
     if cfg.reward.sandbox_url:  # a remote sandbox for the code verifier (sandbox/client.py: retries, then an error)

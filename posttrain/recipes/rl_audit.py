@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posttrain.config import RLConfig
-from posttrain.fsio import atomic_file
-from posttrain.scheduler.groups import violations
-from posttrain.types import Group
+from posttrain.config.rl import RLConfig
+from posttrain.core.fsio import atomic_file
+from posttrain.rl.scoring import violations
+from posttrain.core.types import Group
 from posttrain.verifiers.ensemble import DisagreementTracker
 from posttrain.verifiers.monitors import RewardHackingMonitor, note_resume, write_alerts
 

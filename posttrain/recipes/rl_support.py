@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 
 from posttrain.checkpoint import latest_checkpoint
-from posttrain.errors import TrainingError
+from posttrain.core.errors import TrainingError
 from posttrain.train.threads import ThreadTuner
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from posttrain.algos.preference import bradley_terry_loss, pair_metrics
-from posttrain.config_pref import RMConfig
+from posttrain.config.pref import RMConfig
 from posttrain.recipes.pref_loop import no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
 from posttrain.train.pair_forward import token_chunks

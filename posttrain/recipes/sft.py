@@ -33,15 +33,15 @@ from rich.console import Console
 
 from posttrain.algos.sft import sft_loss_sum
 from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
-from posttrain.config import SFTConfig, save_config
-from posttrain.errors import CheckpointError, DataError, gate_failure
-from posttrain.eval.harness import stop_ids
+from posttrain.config.rl import SFTConfig, save_config
+from posttrain.core.errors import CheckpointError, DataError, gate_failure
+from posttrain.eval.run import stop_ids
 from posttrain.eval.in_loop import SuiteEvals
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.data import load_chat_examples, split_eval
 from posttrain.train.lora import apply_lora, trainable_parameters
-from posttrain.train.model import load_model, load_tokenizer, pick_device, resolve_dtype
+from posttrain.core.hf import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from posttrain.train.packing import MicroBatch, build_microbatches, loss_logits, tokenize_examples
 from posttrain.train.run import export_final, seed_everything
@@ -169,7 +169,7 @@ class SuiteEngine:
         self.cfg, self.tokenizer, self.device, self.engine = cfg, tokenizer, device, None
 
     def synced(self, model, step: int):
-        from posttrain.rollout.engine import ENGINES
+        from posttrain.engine.protocol import ENGINES
         from posttrain.train.weights import engine_state_dict
 
         if self.engine is None:

@@ -44,11 +44,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from posttrain.errors import ConfigError, DataError
-from posttrain.fsio import replace_dir
+from posttrain.core.errors import ConfigError, DataError
+from posttrain.core.fsio import replace_dir
 from posttrain.tasks import dedup
 from posttrain.tasks.build_rows import Item, load_items
-from posttrain.types import Trajectory
+from posttrain.core.types import Trajectory
 
 KINDS = ("qa", "code")
 

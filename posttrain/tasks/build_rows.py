@@ -18,12 +18,12 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain.errors import DataError
-from posttrain.fsio import read_jsonl
-from posttrain.tasks.humaneval import CODE_MAX_TOKENS
+from posttrain.core.errors import DataError
+from posttrain.core.fsio import read_jsonl
+from posttrain.domains.humaneval.source import CODE_MAX_TOKENS
 from posttrain.tasks.jsonl import parse_task
-from posttrain.tasks.reasoning_gym import INSTRUCTION
-from posttrain.types import Task
+from posttrain.domains.reasoning_gym.source import INSTRUCTION
+from posttrain.core.types import Task
 
 REQUIRED = {"qa": ("question", "answer"), "code": ("prompt", "solution")}
 OPTIONAL = {"qa": ("id", "split"), "code": ("tests", "test", "entry_point", "id", "split")}

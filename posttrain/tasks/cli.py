@@ -2,7 +2,7 @@
 
     posttrain tasks list
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
-    posttrain tasks validate posttrain/data/terminal_tasks [--json]            # see tasks/validate.py
+    posttrain tasks validate posttrain/domains/terminal/data [--json]            # see tasks/validate.py
     posttrain tasks audit-scorers [--domains a,b] [--write]                    # see tasks/rg_scorers.py
 """
 
@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.tasks.dedup import DEFAULT_NEAR_THRESHOLD
 
 app = typer.Typer(help="Inspect task sources and build task sets.", no_args_is_help=True)
@@ -143,16 +143,15 @@ def tasks_validate(
 def tasks_audit_scorers(
     domains: Optional[str] = typer.Option(None, "--domains", help="Comma-separated reasoning-gym domains (default: all)."),
     n: int = typer.Option(10, "--n", min=2, help="Items per domain."),
-    write: bool = typer.Option(False, "--write", help="Rewrite posttrain/tasks/rg_scorers.json (the per-domain "
+    write: bool = typer.Option(False, "--write", help="Rewrite posttrain/domains/reasoning_gym/scorers.json (the per-domain "
                                "credit decisions) and docs/scorers.md (all domains only)."),
     check: bool = typer.Option(False, "--check", help="Exit 1 when a decision differs from the checked-in one."),
 ) -> None:
     """Score reasoning-gym's gold answers and typical wrong answers (empty, another item's answer, one character
     changed, negated, gold plus junk) per domain; print the table and whether each domain's scorer gives wrong
     answers credit (see docs/scorers.md)."""
-    from posttrain.tasks import reasoning_gym as rg
-    from posttrain.tasks import rg_scorers
-
+    from posttrain.domains.reasoning_gym import source as rg
+    from posttrain.domains.reasoning_gym import scorers as rg_scorers
     names = [d.strip() for d in domains.split(",") if d.strip()] if domains else None
     for name in names or []:
         rg.check_domain(name)

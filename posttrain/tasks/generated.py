@@ -38,10 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from posttrain.envs.base import ToolCall
-from posttrain.errors import ConfigError
+from posttrain.envs.env import ToolCall
+from posttrain.core.errors import ConfigError
 from posttrain.tasks.registry import register_source
-from posttrain.types import Task
+from posttrain.core.types import Task
 
 HELD_OUT_SEED = 10_000_000  # test-split seeds start here; training seeds stay below
 COMMON_OPTIONS = ("level", "split")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.errors import ConfigError, DataError
-from posttrain.fsio import read_jsonl
-from posttrain.types import Limits, Task
+from posttrain.core.errors import ConfigError, DataError
+from posttrain.core.fsio import read_jsonl
+from posttrain.core.types import Limits, Task
 
 DEFAULT_VERIFIER = "exact"
 _KEYS = {"id", "prompt", "answer", "verifier", "verifiers", "max_tokens", "metadata"}

@@ -31,11 +31,11 @@ import random
 from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence
 
-from posttrain.errors import ConfigError
-from posttrain.tasks import reasoning_gym as rg
+from posttrain.core.errors import ConfigError
+from posttrain.domains.reasoning_gym import source as rg
 from posttrain.tasks.jsonl import load_tasks
 from posttrain.tasks.registry import is_generated, is_source, make_source_tasks
-from posttrain.types import Task
+from posttrain.core.types import Task
 
 BLOCK = 64  # reasoning-gym items built at a time
 

@@ -131,8 +131,8 @@ KINDS: dict[str, Callable[..., list[dict]]] = {
 def gym_pairs(domain: str, n: int, seed: int, *, conversational: bool = True,
               options: dict | None = None) -> list[dict]:
     """n reasoning-gym prompts of `domain` with a correct and a wrong worked answer each."""
-    from posttrain.errors import ConfigError
-    from posttrain.tasks.reasoning_gym import ANSWER_TAG, gold_completion, training_tasks
+    from posttrain.core.errors import ConfigError
+    from posttrain.domains.reasoning_gym.source import ANSWER_TAG, gold_completion, training_tasks
     from posttrain.tasks.worked import wrong_steps
 
     if seed >= EVAL_SEED_OFFSET:

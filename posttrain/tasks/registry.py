@@ -26,15 +26,15 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from posttrain.errors import ConfigError
-from posttrain.types import Task
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Task
 
 SourceFn = Callable[[int | None, int, Mapping[str, Any]], list[Task]]
 
 # modules whose import registers sources (and groups)
-BUILTIN_MODULES = ["posttrain.tasks.humaneval", "posttrain.tasks.longctx", "posttrain.eval.redteam",
-                   "posttrain.tasks.bfcl", "posttrain.tasks.terminal", "posttrain.tasks.sql", "posttrain.tasks.document",
-                   "posttrain.tasks.cad"]
+BUILTIN_MODULES = ["posttrain.domains.humaneval.source", "posttrain.domains.longctx.source", "posttrain.domains.redteam.source",
+                   "posttrain.domains.bfcl.source", "posttrain.domains.terminal.source", "posttrain.domains.sql.source", "posttrain.domains.document.source",
+                   "posttrain.domains.cad.source"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _load() -> None:
 
 
 def _reasoning_gym_domains() -> list[str]:
-    from posttrain.tasks.reasoning_gym import list_domains
+    from posttrain.domains.reasoning_gym.source import list_domains
 
     return list_domains()
 

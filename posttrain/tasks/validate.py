@@ -1,6 +1,6 @@
 """`posttrain tasks validate DIR | --source NAME`: every task must fail untouched and pass by its oracle.
 
-    results = asyncio.run(validate_dir("posttrain/data/terminal_tasks", jobs=2))
+    results = asyncio.run(validate_dir("posttrain/domains/terminal/data", jobs=2))
     [r for r in results if not r.ok]      # ValidationResult(task, ok, reason)
 
 For each folder under DIR (or DIR itself when it is one folder), through the same env code an
@@ -25,11 +25,11 @@ import asyncio
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from posttrain.envs.base import InfraError
-from posttrain.errors import PosttrainError
+from posttrain.envs.env import InfraError
+from posttrain.core.errors import PosttrainError
 from posttrain.sandbox.isolation import BwrapIsolation
-from posttrain.tasks.terminal import task_folders, terminal_task
-from posttrain.types import Task
+from posttrain.domains.terminal.source import task_folders, terminal_task
+from posttrain.core.types import Task
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _why(score) -> str:
 
 
 async def _episode(task, isolation, oracle: bool):
-    from posttrain.envs.terminal.env import TerminalEnv
+    from posttrain.domains.terminal.env import TerminalEnv
 
     env = TerminalEnv(isolation=isolation, with_solution=oracle)
     try:
@@ -70,7 +70,7 @@ async def _episode(task, isolation, oracle: bool):
 
 
 async def validate_task(path: str | Path, isolation: BwrapIsolation | None = None) -> ValidationResult:
-    from posttrain.envs.terminal.task import load_task
+    from posttrain.domains.terminal.task import load_task
 
     name = Path(path).name
     try:
@@ -109,7 +109,7 @@ async def validate_dir(root: str | Path, jobs: int = 2,
 
 async def play_oracle(env, task: Task, turns) -> bool:
     """Reset `env` and step it through the oracle `turns` (OracleTurns) until it is done: True when done."""
-    from posttrain.envs.base import Action
+    from posttrain.envs.env import Action
 
     await env.reset(task)
     for turn in turns:
@@ -122,7 +122,7 @@ async def play_oracle(env, task: Task, turns) -> bool:
 
 async def _scored(task: Task, resources, turns) -> tuple:
     """(score, done) of a fresh env reset and stepped through `turns` (none: the untouched state)."""
-    from posttrain.envs.base import make_env
+    from posttrain.envs.env import make_env
 
     env = make_env(task.env, resources)
     try:
@@ -150,7 +150,7 @@ async def _generated_task(task: Task, resources) -> ValidationResult:
 async def validate_generated(name: str, n: int = 5, levels=None, split: str = "test", seed: int = 0,
                              jobs: int = 2) -> list[ValidationResult]:
     """`n` tasks of generated domain `name` per level (all levels by default), `jobs` at a time."""
-    from posttrain.envs.base import Resources
+    from posttrain.envs.env import Resources
     from posttrain.tasks.generated import generator
     from posttrain.tasks.registry import make_source_tasks
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from posttrain.errors import PosttrainError
-from posttrain.fsio import write_text_atomic
+from posttrain.core.errors import PosttrainError
+from posttrain.core.fsio import write_text_atomic
 
 log = logging.getLogger("posttrain")
 

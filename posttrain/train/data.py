@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 
 Messages = list[dict[str, str]]
 SHOWN_BAD_LINES = 5  # how many bad line numbers a report names
@@ -157,7 +157,7 @@ def load_gym(spec: str, seed: int = 0, task_options: Mapping[str, Mapping[str, A
     domains_part, sep, n_part = spec.rpartition(":")
     if not sep or not domains_part or not n_part.isdigit() or int(n_part) <= 0:
         raise DataError(f"gym:{spec}: expected gym:DOMAIN[,DOMAIN...]:N with N > 0, e.g. gym:chain_sum:1000")
-    from posttrain.tasks.reasoning_gym import sft_examples
+    from posttrain.domains.reasoning_gym.source import sft_examples
 
     domains = [d.strip() for d in domains_part.split(",") if d.strip()]
     records = sft_examples(domains, int(n_part), seed, options=task_options)

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from posttrain.config import LoraConfig
-from posttrain.errors import ConfigError
+from posttrain.config.rl import LoraConfig
+from posttrain.core.errors import ConfigError
 
 
 def apply_lora(model, cfg: LoraConfig, *, modules_to_save: list[str] | None = None):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 
 IGNORE = -100
 PACK_WINDOW_EXAMPLES = 16384  # FFD runs over windows of this many examples (cost ~ window x rows)

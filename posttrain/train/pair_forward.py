@@ -25,7 +25,7 @@ from typing import Sequence
 
 import torch
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.train.rl_batch import (
     Sample,
     build_rl_microbatches,

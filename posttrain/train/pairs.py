@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.train.data import SHOWN_BAD_LINES, _jsonl_records, open_hf_dataset
 
 Messages = list[dict[str, str]]

@@ -41,9 +41,9 @@ from typing import Sequence
 
 import torch
 
-from posttrain.errors import DataError, ModelLoadError, TrainingError
-from posttrain.fsio import replace_dir
-from posttrain.train.model import _check_path, load_tokenizer, pick_device, quiet_hf_progress, resolve_dtype
+from posttrain.core.errors import DataError, ModelLoadError, TrainingError
+from posttrain.core.fsio import replace_dir
+from posttrain.core.hf import _check_path, load_tokenizer, pick_device, quiet_hf_progress, resolve_dtype
 from posttrain.train.rl_batch import Sample, _attention_mask, _base, build_rl_microbatches, supports_shared_prefix
 
 STATS_FILE = "reward_stats.json"

@@ -42,7 +42,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from posttrain.errors import TrainingError
+from posttrain.core.errors import TrainingError
 from posttrain.train.packing import _LOGIT_TRANSFORMS, _group_by_budget, pack_ffd
 
 ROW_TOKENS = 256  # packed row length (longer sequences get a row of their own); 256 beat 512 and 1024 by 20-40% on ~70-token RL samples (attention over a packed row grows with its length squared)
@@ -279,7 +279,7 @@ def token_logits(model, mb: RLMicroBatch) -> torch.Tensor:
 
     The LM head runs only on the gathered states, except for models whose head does more than a
     linear map (soft-capping, scaling: see train/packing.py), which take the full forward.
-    A distributed policy (posttrain/dist/trainer.py) routes the call through its DDP / FSDP2 wrapper."""
+    A distributed policy (posttrain/train/distributed/trainer.py) routes the call through its DDP / FSDP2 wrapper."""
     routed = getattr(model, "routed_token_logits", None)
     if routed is not None:
         return routed(mb)

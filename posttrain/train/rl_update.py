@@ -44,7 +44,7 @@ import torch
 from posttrain.algos.kl import entropy_from_logits, kl_estimate
 from posttrain.algos.off_policy import off_policy_weights
 from posttrain.algos.policy_loss import POLICY_LOSSES, token_weights
-from posttrain.config import AlgoConfig
+from posttrain.config.rl import AlgoConfig
 from posttrain.train.optim import clip_grad_norm
 from posttrain.train.rl_batch import (RLMicroBatch, Sample, build_rl_microbatches, gather_logprobs,
                                       supports_shared_prefix, token_logits)
@@ -212,7 +212,7 @@ def update_policy(model, optimizer, scheduler, samples: list[Sample], *, algo: A
     from the first mini-batch: none when it was skipped) and `skipped` reasons.
 
     `minibatch_loss` (default: this process's `_minibatch_loss`) and `clip` (default
-    `clip_grad_norm`) are where a distributed trainer (posttrain/dist/trainer.py) shards each
+    `clip_grad_norm`) are where a distributed trainer (posttrain/train/distributed/trainer.py) shards each
     mini-batch over its ranks and clips by the global gradient norm."""
     minibatch_loss = minibatch_loss or _minibatch_loss
     clip = clip or clip_grad_norm

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posttrain.fsio import replace_dir
+from posttrain.core.fsio import replace_dir
 from posttrain.train.lora import merge_lora
-from posttrain.train.model import quiet_hf_progress
+from posttrain.core.hf import quiet_hf_progress
 
 
 def seed_everything(seed: int) -> None:

@@ -40,10 +40,10 @@ import torch
 from posttrain.algos.advantages import ADVANTAGES
 from posttrain.algos.kl import kl_estimate
 from posttrain.algos.off_policy import corrects, off_policy_options, off_policy_weights
-from posttrain.config import RLConfig
+from posttrain.config.rl import RLConfig
 from posttrain.train.rl_batch import Sample, sequence_logprobs
 from posttrain.train.rl_update import update_policy
-from posttrain.types import Group
+from posttrain.core.types import Group
 
 
 def advantages_for(rewards: Sequence[Sequence[float | None]], estimator: str) -> list[list[float]]:
@@ -69,7 +69,7 @@ def is_stale(t, version: int | None) -> bool:
 def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: int,
                   logprobs=sequence_logprobs, version: int | None = None) -> list[Sample]:
     """Groups -> training samples with advantages (+ reference / recomputed old logprobs, TIS).
-    `logprobs`: how (model, samples) -> per-token logprobs are computed (posttrain/dist shards them)."""
+    `logprobs`: how (model, samples) -> per-token logprobs are computed (posttrain/train/distributed shards them)."""
     a = cfg.algo
     trajs = [(i, j, t) for i, g in enumerate(groups) for j, t in enumerate(g.trajectories) if t.reward is not None]
     base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n, temperature=t.sampling.logprob_temperature,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.train.model import quiet_hf_progress
+from posttrain.core.hf import quiet_hf_progress
 
 
 def tiny_config(

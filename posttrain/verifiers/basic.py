@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import re
 
-from posttrain.tasks import reasoning_gym as rg
-from posttrain.types import Score, Task, Trajectory
+from posttrain.domains.reasoning_gym import source as rg
+from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers.registry import register
 
 

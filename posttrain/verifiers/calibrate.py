@@ -39,8 +39,8 @@ import io
 import json
 from pathlib import Path
 
-from posttrain.errors import ConfigError, DataError
-from posttrain.fsio import write_text_atomic
+from posttrain.core.errors import ConfigError, DataError
+from posttrain.core.fsio import write_text_atomic
 
 THRESHOLD = 0.5
 THRESHOLDS_FILE = "verifier_thresholds.json"  # in the run directory

@@ -63,7 +63,7 @@ def tools(
                                                               "(default: '.' became '_', as in our tool schemas)."),
 ) -> None:
     """Score raw function-calling completions with our BFCL AST checker (the bfcl_ast verifier's rules)."""
-    from posttrain.verifiers.bfcl_cli import verify_tools_files
+    from posttrain.domains.bfcl.cli import verify_tools_files
 
     s = verify_tools_files(category, completions, out, parser=parser, dots=keep_dots)
     err.print(f"[bold green]checked[/] {s['completions']} completions of {s['ids']} {category} entries: "

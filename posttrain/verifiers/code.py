@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass
 
 from posttrain.sandbox import LocalSandbox, RunRequest, Sandbox
-from posttrain.types import Score, Task, Trajectory
+from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers.harness import JUDGE, RUNNER
 from posttrain.verifiers.registry import register, verifier_options
 

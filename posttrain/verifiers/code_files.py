@@ -16,8 +16,8 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from posttrain.errors import DataError
-from posttrain.fsio import atomic_file, read_jsonl
+from posttrain.core.errors import DataError
+from posttrain.core.fsio import atomic_file, read_jsonl
 from posttrain.sandbox import Sandbox
 from posttrain.verifiers.code import CodeResult, get_sandbox, run_batch, spec_for
 

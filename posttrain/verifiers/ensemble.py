@@ -29,8 +29,8 @@ from collections import defaultdict
 from itertools import combinations
 from typing import Mapping, Sequence
 
-from posttrain.errors import ConfigError
-from posttrain.types import Score
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Score
 
 RULES = ("mean", "all", "any", "majority", "weights")
 

@@ -40,9 +40,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.rollout.engine import Engine, SamplingParams
-from posttrain.types import Message, Score, Task, Trajectory
+from posttrain.core.errors import ConfigError, ModelLoadError
+from posttrain.engine.protocol import Engine, SamplingParams
+from posttrain.core.types import Message, Score, Task, Trajectory
 from posttrain.verifiers.registry import verifier_options
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class RewardModelJudge:
         tokens); the prompt keeps its last tokens, at least half of the budget going to the completion."""
         from transformers import AutoModelForSequenceClassification
 
-        from posttrain.train.model import _check_path, load_tokenizer, quiet_hf_progress, resolve_dtype
+        from posttrain.core.hf import _check_path, load_tokenizer, quiet_hf_progress, resolve_dtype
 
         if scale not in SCALES:
             raise ConfigError(f"RewardModelJudge scale must be one of {', '.join(SCALES)}, got {scale!r}")

@@ -43,8 +43,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
-from posttrain.fsio import atomic_file, read_jsonl
-from posttrain.types import Score, Task, Trajectory
+from posttrain.core.fsio import atomic_file, read_jsonl
+from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers import math_worker
 from posttrain.verifiers.registry import register, verifier_options
 

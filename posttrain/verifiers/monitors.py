@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from posttrain.errors import PosttrainError
+from posttrain.core.errors import PosttrainError
 
 ALERTS_FILE = "alerts.jsonl"
 ALERT_KINDS = ("reward_gap", "violation_surge", "test_tampering", "judge_injection")

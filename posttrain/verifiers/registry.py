@@ -18,9 +18,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.verifiers.ensemble import combine
-from posttrain.types import Score, Task, Trajectory
+from posttrain.core.types import Score, Task, Trajectory
 
 Verifier = Callable[[Task, Trajectory], "Score | None"]
 VERIFIERS: dict[str, Verifier] = {}
@@ -135,9 +135,11 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
 def _load_builtins() -> None:
     # each registers its verifiers: exact, numeric, reasoning_gym; bfcl_ast; code; env_score; regex, tags,
     # json, length; math; needle; reward_model; safety
-    from posttrain.verifiers import (  # noqa: F401
-        basic, bfcl_ast, code, env_score, format, math, needle, reward_model, safety,
-    )
+    import posttrain.domains.bfcl.ast_check  # noqa: F401
+    import posttrain.domains.longctx.needle  # noqa: F401
+    import posttrain.domains.redteam.safety  # noqa: F401
+    import posttrain.envs.score  # noqa: F401
+    from posttrain.verifiers import basic, code, math, reward_model, text_checks  # noqa: F401
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:

@@ -45,8 +45,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from posttrain.errors import ConfigError
-from posttrain.types import Score, Task, Trajectory
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers.registry import register, verifier_options
 
 if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering this verifier stays cheap
@@ -98,7 +98,7 @@ def _read_stats(path: str) -> tuple[float, float] | None:
     is no such file; a malformed one is a one-line ConfigError naming it."""
     if not (Path(path) / STATS_FILE).is_file():
         return None
-    from posttrain.errors import ModelLoadError
+    from posttrain.core.errors import ModelLoadError
     from posttrain.train.reward_model import load_reward_stats
 
     try:

@@ -26,8 +26,8 @@ import random
 from pathlib import Path
 from typing import Iterator
 
-from posttrain.errors import DataError
-from posttrain.fsio import atomic_file
+from posttrain.core.errors import DataError
+from posttrain.core.fsio import atomic_file
 
 log = logging.getLogger(__name__)
 PASS_THRESHOLD = 0.5

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posttrain.algos.sft import sft_loss_sum
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from posttrain.train.packing import IGNORE, build_microbatches, collate_packed, collate_padded, loss_logits, tokenize_examples
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from posttrain.types import Score
+from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, register
 
 
@@ -52,7 +52,7 @@ def without_clock(rows: list[dict]) -> list[dict]:
     """Metrics rows without wall-clock entries (`time/`, environments' `episode/DOMAIN/env_seconds`)
     and performance counters (`perf/`: a resumed process starts with a cold prefix cache): what an
     exact resume must reproduce. The scheduler's utilisation metrics are clocks too."""
-    from posttrain.scheduler.utilisation import CLOCK_PREFIXES
+    from posttrain.rl.utilisation import CLOCK_PREFIXES
 
     return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("time/", "perf/", *CLOCK_PREFIXES))
              and not k.endswith("/env_seconds")} for r in rows]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import BaseConfig
-from posttrain.errors import ConfigError
+from posttrain.config.rl import BaseConfig
+from posttrain.core.errors import ConfigError
 from posttrain.recipes import base
-from posttrain.tasks.reasoning_gym import EVAL_SEED_START, make_tasks
+from posttrain.domains.reasoning_gym.source import EVAL_SEED_START, make_tasks
 
 
 def tiny_cfg(tmp_path: Path, **kw) -> BaseConfig:
@@ -102,7 +102,7 @@ def _weights(model_dir: Path) -> bytes:
 
 
 def test_tiny_base_build_loads_and_is_cached(tmp_path):
-    from posttrain.train.model import load_model_and_tokenizer
+    from posttrain.core.hf import load_model_and_tokenizer
 
     cfg = tiny_cfg(tmp_path)
     start = time.monotonic()

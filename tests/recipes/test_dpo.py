@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from posttrain.checkpoint import list_checkpoints
-from posttrain.config import load_config
-from posttrain.config_pref import DPOConfig
-from posttrain.errors import DataError
+from posttrain.config.rl import load_config
+from posttrain.config.pref import DPOConfig
+from posttrain.core.errors import DataError
 from posttrain.recipes import dpo
 from posttrain.tasks.preferences import make_preferences, unpaired, write_jsonl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,7 +164,7 @@ def test_bad_pairs_fail_by_file_and_line_unless_skipped(tmp_path, tiny_model_dir
 
 
 def test_sft_coef_adds_the_chosen_mean_nll_to_each_pairs_loss():
-    from posttrain.config_pref import PrefAlgoConfig
+    from posttrain.config.pref import PrefAlgoConfig
 
     pc, pr, rc, rr = (torch.tensor(v) for v in ([-6.0, -9.0], [-8.0, -7.0], [-7.0, -8.5], [-7.5, -7.2]))
     nc, nr = torch.tensor([3.0, 4.0]), torch.tensor([2.0, 5.0])

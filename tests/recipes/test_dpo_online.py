@@ -9,11 +9,11 @@ import re
 import pytest
 import torch
 
-from posttrain.config import RLConfig, load_config
-from posttrain.config_pref import DPOConfig, RMConfig
+from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.pref import DPOConfig, RMConfig
 from posttrain.recipes import dpo, rl, rm
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from tests.recipes.rl_toy import overrides, write_tasks
 
 
@@ -24,7 +24,7 @@ GATE = "[0-5]"  # the format rule: the RM's score counts only for completions wi
 def p_even_first(model_dir: str, tasks_path: str) -> float:
     from posttrain.envs.single_turn import prompt_ids
     from posttrain.tasks.jsonl import load_tasks
-    from posttrain.train.model import load_tokenizer
+    from posttrain.core.hf import load_tokenizer
 
     model, tokenizer = load_model(model_dir).eval(), load_tokenizer(model_dir)
     total = []

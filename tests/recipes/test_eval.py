@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from posttrain.config import EvalConfig
-from posttrain.errors import ConfigError
-from posttrain.eval import harness
+from posttrain.config.rl import EvalConfig
+from posttrain.core.errors import ConfigError
+from posttrain.eval import run as harness
 from posttrain.eval.sources import load_file
-from posttrain.eval.suite import evaluate_in_loop
-from posttrain.rollout.engine import ENGINES
-from posttrain.tasks.reasoning_gym import make_tasks
-from posttrain.types import Score
+from posttrain.eval.evaluate import evaluate_in_loop
+from posttrain.engine.protocol import ENGINES
+from posttrain.domains.reasoning_gym.source import make_tasks
+from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, register
 from tests.recipes.rl_toy import write_tasks
 from tests.unit.eval.test_sources import ADD
@@ -84,7 +84,7 @@ def test_eval_k_samples(tiny_model_dir, tmp_path):
 
 
 def test_posttrain_eval_and_in_loop_eval_give_the_same_numbers(tiny_model_dir, tmp_path):
-    from posttrain.train.model import load_tokenizer
+    from posttrain.core.hf import load_tokenizer
 
     toy = write_tasks(tmp_path / "toy.jsonl", n=16, verifier="ids_sum_even")
     out = tmp_path / "same.json"

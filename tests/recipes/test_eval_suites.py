@@ -16,9 +16,9 @@ import sys
 import pytest
 import yaml
 
-from posttrain.config import EvalConfig
-from posttrain.eval import harness
-from posttrain.eval.suites import load_suites, run_suite
+from posttrain.config.rl import EvalConfig
+from posttrain.eval import run as harness
+from posttrain.eval.compare_models import load_suites, run_suite
 
 CLI = [sys.executable, "-m", "posttrain.cli"]
 PROMPTS = ["What is 2 + 3?", "Name a colour.", "Count to four.", "Say hello.", "What is 9 - 4?", "Spell cat."]

@@ -10,7 +10,7 @@ import shutil
 import yaml
 
 from posttrain.checkpoint import list_checkpoints
-from posttrain.config import PipelineConfig, load_config
+from posttrain.config.rl import PipelineConfig, load_config
 from posttrain.recipes import pipeline
 from posttrain.telemetry.metrics import read_metrics
 from tests.recipes.rl_toy import write_tasks  # noqa: F401  (registers the toy verifier)

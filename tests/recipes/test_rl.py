@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.buffer import ReplayBuffer
+from posttrain.rl.buffer import ReplayBuffer
 from posttrain.checkpoint import latest_checkpoint, list_checkpoints
-from posttrain.config import RLConfig, load_config
-from posttrain.errors import ConfigError, TrainingError
+from posttrain.config.rl import RLConfig, load_config
+from posttrain.core.errors import ConfigError, TrainingError
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model
-from posttrain.types import Score
+from posttrain.core.hf import load_model
+from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, register
 from tests.recipes.rl_toy import overrides, write_tasks
 
@@ -128,8 +128,7 @@ def test_nonfinite_losses_stop_the_run_with_the_last_checkpoint_intact(tmp_path,
 
 
 def test_no_reference_model_without_kl_and_kl_logged_with_it(tmp_path, tiny_model_dir, monkeypatch):
-    from posttrain.train import model as model_mod
-
+    from posttrain.train import policy as model_mod
     loads = []
     real = model_mod.load_model
     monkeypatch.setattr(model_mod, "load_model", lambda *a, **k: loads.append(a[0]) or real(*a, **k))

@@ -12,16 +12,16 @@ from pathlib import Path
 import torch
 
 from posttrain.algos.temperature import temperature_at
-from posttrain.buffer import ReplayBuffer
-from posttrain.config import RLConfig, load_config
-from posttrain.eval.harness import stop_ids
+from posttrain.rl.buffer import ReplayBuffer
+from posttrain.config.rl import RLConfig, load_config
+from posttrain.eval.run import stop_ids
 from posttrain.recipes import rl
-from posttrain.rollout.engine import ENGINES
-from posttrain.scheduler.core import Scheduler, make_curricula
-from posttrain.scheduler.groups import StepContext
+from posttrain.engine.protocol import ENGINES
+from posttrain.rl.collect import Scheduler, make_curricula
+from posttrain.rl.scoring import StepContext
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model, load_tokenizer
+from posttrain.core.hf import load_model, load_tokenizer
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.run import seed_everything
 from posttrain.train.step import train_step

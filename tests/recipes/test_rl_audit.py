@@ -8,10 +8,10 @@ import json
 import subprocess
 import sys
 
-from posttrain.config import RLConfig, load_config
+from posttrain.config.rl import RLConfig, load_config
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.types import Score
+from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, register
 from posttrain.verifiers.calibrate import calibrate
 from tests.recipes.rl_toy import overrides, write_tasks

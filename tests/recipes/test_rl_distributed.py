@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from posttrain.checkpoint import latest_checkpoint
-from posttrain.config import RLConfig, load_config
+from posttrain.config.rl import RLConfig, load_config
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from tests.recipes.rl_toy import overrides, write_tasks
 
 STEPS = {"train.steps": 3, "train.eval_every": 100, "train.save_every": 2, "buffer.replay_ratio": 0.0}

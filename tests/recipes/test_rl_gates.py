@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from posttrain.checkpoint import latest_checkpoint
-from posttrain.config import RLConfig, SFTConfig, load_config
-from posttrain.config_eval import EvalConfig
-from posttrain.errors import GateError
-from posttrain.eval import harness
+from posttrain.config.rl import RLConfig, SFTConfig, load_config
+from posttrain.config.eval import EvalConfig
+from posttrain.core.errors import GateError
+from posttrain.eval import run as harness
 from posttrain.recipes import rl, sft
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 from posttrain.verifiers.monitors import read_alerts
 from tests.recipes.rl_toy import overrides, write_tasks
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from posttrain.config import RLConfig, load_config
+from posttrain.config.rl import RLConfig, load_config
 from posttrain.recipes import rl
 from posttrain.tasks.registry import SOURCES, register_source
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.types import Limits, Task
+from posttrain.core.types import Limits, Task
 from tests.recipes.rl_toy import overrides, write_tasks
 import tests.unit.envs.scripted as scripted  # noqa: F401  (registers the test_chat env)
 

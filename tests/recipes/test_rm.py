@@ -9,12 +9,12 @@ import json
 import pytest
 import torch
 
-from posttrain.config import load_config
-from posttrain.config_pref import RMConfig
+from posttrain.config.rl import load_config
+from posttrain.config.pref import RMConfig
 from posttrain.recipes import rm
 from posttrain.tasks.preferences import make_preferences
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.train.model import load_tokenizer
+from posttrain.core.hf import load_tokenizer
 
 
 def cfg_for(tmp_path, model_dir, **extra) -> RMConfig:
@@ -68,7 +68,7 @@ def test_reward_model_reaches_90_percent_held_out_and_loads_as_hf_classifier(tra
 
 
 def test_reward_model_scores_rl_samples_as_a_verifier(trained_rm):
-    from posttrain.types import Task, Trajectory
+    from posttrain.core.types import Task, Trajectory
     from posttrain.verifiers.registry import run_verifiers_many
 
     _, final = trained_rm

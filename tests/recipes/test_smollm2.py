@@ -56,8 +56,8 @@ def test_models_get_writes_a_standard_hf_directory(smol):
 def test_paged_engine_greedy_equals_transformers_generate(smol):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from posttrain.rollout.engine import ENGINES
-    from posttrain.types import SamplingParams
+    from posttrain.engine.protocol import ENGINES
+    from posttrain.core.types import SamplingParams
 
     tok = AutoTokenizer.from_pretrained(smol)
     model = AutoModelForCausalLM.from_pretrained(smol, dtype=torch.float32).eval()

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-import posttrain.envs.bfcl_session as bfcl_session
-from posttrain.envs.base import Action, InfraError, ParseError, Resources, ToolCall, make_env
-from posttrain.envs.bfcl import BfclEnv, parse_call_string, run_calls, score_state
-from posttrain.envs.bfcl_session import BfclSession
-from posttrain.envs.terminal.env import work_root
-from posttrain.envs.terminal.session import shared_isolation
+import posttrain.domains.bfcl.session as bfcl_session
+from posttrain.envs.env import Action, InfraError, ParseError, Resources, ToolCall, make_env
+from posttrain.domains.bfcl.env import BfclEnv, parse_call_string, run_calls, score_state
+from posttrain.domains.bfcl.session import BfclSession
+from posttrain.domains.terminal.env import work_root
+from posttrain.domains.terminal.session import shared_isolation
 from posttrain.sandbox import SandboxError
 from posttrain.tasks.registry import make_source_tasks
-from posttrain.types import Trajectory
+from posttrain.core.types import Trajectory
 from posttrain.verifiers.registry import run_verifiers
 from tests.sandbox.procs import process_table
 
@@ -200,7 +200,7 @@ def test_calls_over_the_time_limit_are_tool_timeouts_and_leave_the_state(sandbox
 
 
 def test_env_score_verifier_scores_the_saved_state(sandbox, tasks, monkeypatch):
-    import posttrain.verifiers.env_score as env_score
+    import posttrain.envs.score as env_score
 
     monkeypatch.setattr(env_score, "_resources", Resources(sandbox_factory=lambda: sandbox))
     task = tasks["multi_turn_base_1"]

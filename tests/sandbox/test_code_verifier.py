@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from posttrain.types import Task, Trajectory
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers.code import code, read_verdicts, run_batch, run_tests, spec_for
 
 ADD = {

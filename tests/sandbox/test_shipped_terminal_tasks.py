@@ -9,7 +9,7 @@ from pathlib import Path
 import posttrain.tasks.validate as _validate
 from posttrain.tasks.validate import validate_dir
 
-SHIPPED = Path(_validate.__file__).parents[1] / "data" / "terminal_tasks"
+SHIPPED = Path(_validate.__file__).parents[1] / "domains" / "terminal" / "data"
 
 
 def test_every_shipped_task_validates():

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from posttrain.envs.base import Action, Resources, ToolCall
-from posttrain.envs.terminal.env import TerminalEnv
-from posttrain.envs.terminal.session import shared_isolation
-from posttrain.envs.terminal.verify import read_verdict
+from posttrain.envs.env import Action, Resources, ToolCall
+from posttrain.domains.terminal.env import TerminalEnv
+from posttrain.domains.terminal.session import shared_isolation
+from posttrain.domains.terminal.verify import read_verdict
 from posttrain.tasks.registry import make_source_tasks
 from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of
 

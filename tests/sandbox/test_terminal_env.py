@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from posttrain.envs.base import Action, InfraError, ParseError, ToolCall, make_env, Resources
-from posttrain.envs.terminal.env import SYSTEM_PROMPT, TerminalEnv
-from posttrain.envs.terminal.session import shared_isolation
+from posttrain.envs.env import Action, InfraError, ParseError, ToolCall, make_env, Resources
+from posttrain.domains.terminal.env import SYSTEM_PROMPT, TerminalEnv
+from posttrain.domains.terminal.session import shared_isolation
 from posttrain.tasks.registry import make_source_tasks
 from tests.sandbox.procs import UID, aio
 
@@ -231,7 +231,7 @@ async def test_a_sandbox_that_cannot_start_is_an_infra_error(tmp_path, iso):
 def test_a_scripted_model_solves_a_task_through_the_episode_loop(tmp_path, tiny_tokenizer):
     from posttrain.envs.rollout import rollout
     from posttrain.envs.tools.parsers import get_parser
-    from posttrain.types import SamplingParams
+    from posttrain.core.types import SamplingParams
     from posttrain.verifiers.registry import get_verifier
     from tests.unit.envs.scripted import TurnScript
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from posttrain.envs.base import InfraError
-from posttrain.envs.terminal.session import ShellSession, SessionLimits, make_work_root, new_work_dir, shared_isolation
+from posttrain.envs.env import InfraError
+from posttrain.domains.terminal.session import ShellSession, SessionLimits, make_work_root, new_work_dir, shared_isolation
 from posttrain.sandbox.workdir import remove_work_dir
 from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.tasks.bfcl_data import load_category
+from posttrain.domains.bfcl.data import load_category
 from posttrain.tasks.registry import make_source_tasks
-from posttrain.types import Trajectory
-from posttrain.verifiers.bfcl_ast import check_calls, normalise
+from posttrain.core.types import Trajectory
+from posttrain.domains.bfcl.ast_check import check_calls, normalise
 from posttrain.verifiers.registry import run_verifiers
 
 ROOT = Path(__file__).resolve().parents[2]

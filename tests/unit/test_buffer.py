@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-import posttrain.buffer as buffer_mod
-from posttrain.buffer import replay_plan, ENTRIES_FILE, SUMMARY_FILE, Entry, ReplayBuffer
-from posttrain.errors import CheckpointError
-from posttrain.types import Limits, Score, Task, Trajectory
+import posttrain.rl.buffer as buffer_mod
+from posttrain.rl.buffer import replay_plan, ENTRIES_FILE, SUMMARY_FILE, Entry, ReplayBuffer
+from posttrain.core.errors import CheckpointError
+from posttrain.core.types import Limits, Score, Task, Trajectory
 
 
 def task(tid: str, domain: str = "arith") -> Task:

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from posttrain import checkpoint as ck
 from posttrain.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from posttrain.config import SFTConfig, load_config
-from posttrain.errors import CheckpointError
+from posttrain.config.rl import SFTConfig, load_config
+from posttrain.core.errors import CheckpointError
 
 STEPS_BEFORE, STEPS_AFTER = 3, 3
 
@@ -97,7 +97,7 @@ def test_exact_resume_plain_model(tmp_path, tiny_model_dir, tiny_tokenizer):
     assert losses_a == losses_b
     _same_weights(model_a, model_b)
     # the model folder is a standard HF model directory (weights + tokenizer) that from_pretrained loads
-    from posttrain.train.model import load_model_and_tokenizer
+    from posttrain.core.hf import load_model_and_tokenizer
 
     reloaded, tok = load_model_and_tokenizer(str(path / "model"), device=torch.device("cpu"))
     assert tok.eos_token == tiny_tokenizer.eos_token

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import PipelineConfig, load_config
-from posttrain.errors import ConfigError
+from posttrain.config.rl import PipelineConfig, load_config
+from posttrain.core.errors import ConfigError
 from posttrain.recipes.pipeline import eval_models, resolve, stage_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_every_shipped_config_loads():
         cfg = resolve(load_config(PipelineConfig, path))
         assert cfg.stages, path
     from posttrain.eval.sources import parse_items
-    from posttrain.eval.suites import load_suites
+    from posttrain.eval.compare_models import load_suites
 
     suites, gates = load_suites(ROOT / "configs" / "suites.yaml")
     assert "general" in suites and all(parse_items(s.tasks, s.n) for s in suites.values())

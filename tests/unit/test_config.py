@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import (
+from posttrain.config.rl import (
     EvalConfig,
     PipelineConfig,
     SFTConfig,
@@ -10,7 +10,7 @@ from posttrain.config import (
     parse_overrides,
     save_config,
 )
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 
 
 def test_overrides_build_a_nested_tree_with_yaml_scalars():

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from posttrain.errors import PosttrainError
+from posttrain.core.errors import PosttrainError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.report import write_report
 from posttrain.verifiers.monitors import Alert, RewardHackingMonitor, note_resume, read_alerts, write_alerts

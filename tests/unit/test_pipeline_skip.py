@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from posttrain.config import SFTConfig, save_config
+from posttrain.config.rl import SFTConfig, save_config
 from posttrain.recipes.pipeline import finished_with, mark_finished
 
 

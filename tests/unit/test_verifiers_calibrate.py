@@ -9,10 +9,10 @@ import json
 import pytest
 import yaml
 
-from posttrain.config import RLConfig, config_text, load_config, validate
-from posttrain.errors import ConfigError, DataError
+from posttrain.config.rl import RLConfig, config_text, load_config, validate
+from posttrain.core.errors import ConfigError, DataError
 from posttrain.tasks.mixture import build_mixture
-from posttrain.types import Score
+from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, task_score
 from posttrain.verifiers.calibrate import (THRESHOLDS_FILE, calibrate, check_thresholds, read_thresholds,
                                            resolve_thresholds, thresholds_document)

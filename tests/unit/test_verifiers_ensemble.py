@@ -2,8 +2,8 @@
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.types import Score
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Score
 from posttrain.verifiers.ensemble import (RULES, DisagreementTracker, combine, disagreement_rate,
                                           pairwise_agreement)
 from posttrain.verifiers.registry import task_score

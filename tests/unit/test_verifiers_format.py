@@ -7,11 +7,9 @@ import time
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.types import Task, Trajectory
-from posttrain.verifiers import format as fmt
-
-
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Task, Trajectory
+from posttrain.verifiers import text_checks as fmt
 def traj(text: str) -> Trajectory:
     return Trajectory(task_id="t/0", token_ids=(1,), loss_mask=(1,), logprobs=(0.0,), prompt_len=0, text=text)
 

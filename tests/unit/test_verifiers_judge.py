@@ -9,9 +9,9 @@ import re
 import pytest
 import torch
 
-from posttrain.errors import ConfigError, ModelLoadError
-from posttrain.rollout.engine import Completion, Engine, SamplingParams
-from posttrain.types import Task, Trajectory
+from posttrain.core.errors import ConfigError, ModelLoadError
+from posttrain.engine.protocol import Completion, Engine, SamplingParams
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import judge as J
 from posttrain.verifiers.registry import VERIFIERS, register, run_verifiers
 
@@ -196,7 +196,7 @@ def test_make_judge_verifier_with_registry_and_rubric_option(tiny_tokenizer):
 
 
 def test_llm_judge_real_run_on_tiny_hf_engine(tiny_model_dir, tiny_tokenizer, monkeypatch):
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.engine.protocol import ENGINES
 
     engine = ENGINES["hf"](tiny_model_dir, tiny_tokenizer, dtype="float32", device="cpu")
     calls = []

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from posttrain.errors import DataError
-from posttrain.types import Task, Trajectory
+from posttrain.core.errors import DataError
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import math as vm
 from posttrain.verifiers.math import extract_answer, math_equal, math_verifier, verify_pairs
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.tasks.reasoning_gym import gold_answer, make_tasks
-from posttrain.types import Score, Task, Trajectory
+from posttrain.core.errors import ConfigError
+from posttrain.domains.reasoning_gym.source import gold_answer, make_tasks
+from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers import VERIFIERS, get_verifier, register, run_verifiers, task_score
 from posttrain.verifiers.basic import parse_number
 
@@ -199,7 +199,7 @@ def test_reasoning_gym_verifier_on_real_tasks(domain):
 
 def test_run_verifiers_many_uses_a_verifiers_group_form_and_isolates_its_failures():
     from posttrain.verifiers import run_verifiers_many
-    from posttrain.types import Trajectory
+    from posttrain.core.types import Trajectory
 
     seen = []
 

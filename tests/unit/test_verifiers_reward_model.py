@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from posttrain.errors import ConfigError
-from posttrain.types import Task, Trajectory
+from posttrain.core.errors import ConfigError
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import reward_model as RM
 from posttrain.verifiers.registry import get_verifier, run_verifiers, task_score
 

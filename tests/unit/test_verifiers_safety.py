@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from posttrain.eval.redteam import make_tasks
-from posttrain.types import Task, Trajectory
+from posttrain.domains.redteam.source import make_tasks
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers.registry import get_verifier, run_verifiers
-from posttrain.verifiers.safety import classify, find_compliance, is_refusal
+from posttrain.domains.redteam.safety import classify, find_compliance, is_refusal
 
 
 def traj(text: str) -> Trajectory:

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.verifiers.calibrate import calibrate, format_calibration
 from posttrain.verifiers.spotcheck import allocate, spotcheck
 

@@ -30,8 +30,8 @@ import json
 import re
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from posttrain.envs.base import Action, ParseError, ToolCall
-from posttrain.errors import ConfigError
+from posttrain.envs.env import Action, ParseError, ToolCall
+from posttrain.core.errors import ConfigError
 
 MAX_CALL_CHARS = 64 * 1024  # one call's text; longer is malformed unread
 MAX_CALLS = 64  # calls read per turn; the rest are one malformed error

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Mapping, Sequence
 
-from posttrain.envs.base import ToolCall
+from posttrain.envs.env import ToolCall
 from posttrain.envs.tools.parsers import ToolParser, chat_template_text
 
 _PROBE = "posttrain_probe_tool_7f3a"

@@ -15,7 +15,7 @@ import ast
 import re
 from typing import Any, Sequence
 
-from posttrain.envs.base import Action, ToolCall
+from posttrain.envs.env import Action, ToolCall
 from posttrain.envs.tools.parsers import MAX_CALL_CHARS, _short, _strip_end, _Turn, _visible
 
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from posttrain.envs.base import ParseError, ToolCall
+from posttrain.envs.env import ParseError, ToolCall
 from posttrain.envs.tools.parsers import json_type
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 
 _TYPES = {
     "string": "string", "str": "string", "char": "string",

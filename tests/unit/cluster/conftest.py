@@ -14,7 +14,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before anything imports
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from posttrain.cluster.ray_init import connect, shutdown
+    from posttrain.scale.ray_init import connect, shutdown
 
     import psutil
 

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from posttrain.config_cluster import ClusterConfig
-from posttrain.errors import ConfigError
+from posttrain.config.cluster import ClusterConfig
+from posttrain.core.errors import ConfigError
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
@@ -53,7 +53,7 @@ def test_every_ray_socket_is_on_loopback(ray_cluster):
 
 
 def test_an_unreachable_address_is_one_line_naming_the_field_fast():
-    from posttrain.cluster.ray_init import connect
+    from posttrain.scale.ray_init import connect
 
     started = time.monotonic()
     with pytest.raises(ConfigError) as e:
@@ -65,7 +65,7 @@ def test_an_unreachable_address_is_one_line_naming_the_field_fast():
 
 @pytest.mark.parametrize("address", ["localhost", "10.0.0.1:notaport", ":6379", "10.0.0.1:70000"])
 def test_a_malformed_address_is_one_line_naming_the_field(address):
-    from posttrain.cluster.ray_init import connect
+    from posttrain.scale.ray_init import connect
 
     with pytest.raises(ConfigError) as e:
         connect(ClusterConfig(backend="ray", address=address))
@@ -76,7 +76,7 @@ def test_a_port_that_is_not_ray_is_one_line_fast_and_a_real_head_passes_the_prob
     import socket
     import threading
 
-    from posttrain.cluster.ray_init import connect, probe
+    from posttrain.scale.ray_init import connect, probe
 
     probe(ray_cluster["address"])  # the running cluster's GCS answers as gRPC: no error
     silent = socket.socket()

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from posttrain.config_cluster import ClusterConfig
+from posttrain.config.cluster import ClusterConfig
 
 
 def _free_port() -> int:
@@ -33,7 +33,7 @@ def head():
                     f"--temp-dir={tmp}", "--disable-usage-stats", "--object-store-memory=100000000"],
                    env=env, check=True, capture_output=True, timeout=120)
     yield f"127.0.0.1:{port}"
-    from posttrain.cluster.ray_init import shutdown
+    from posttrain.scale.ray_init import shutdown
 
     shutdown()
     mine = [p for p in psutil.process_iter(["cmdline"]) if tmp in " ".join(p.info["cmdline"] or [])]
@@ -47,12 +47,12 @@ def head():
 
 
 def test_joining_a_running_head_by_address(head, tiny_model_dir, tiny_tokenizer):
-    from posttrain.cluster.ray_init import connect
-    from posttrain.rollout.engine import SamplingParams
+    from posttrain.scale.ray_init import connect
+    from posttrain.engine.protocol import SamplingParams
 
     info = connect(ClusterConfig(backend="ray", address=head))
     assert info["started"] is False and info["address"] == head and info["node_ip"] == "127.0.0.1"
-    from posttrain.cluster.rollout import RayEngine
+    from posttrain.scale.engine import RayEngine
 
     engine = RayEngine("paged", tiny_model_dir, tiny_tokenizer, {"device": "cpu"}, workers=1, num_cpus=0.5)
     try:

@@ -11,14 +11,14 @@ import time
 import pytest
 import torch
 
-from posttrain.rollout.engine import ENGINES, SamplingParams
+from posttrain.engine.protocol import ENGINES, SamplingParams
 
 OPTIONS = {"device": "cpu", "dtype": "float32"}
 
 
 @pytest.fixture(scope="module")
 def engine(ray_cluster, tiny_model_dir, tiny_tokenizer):
-    from posttrain.cluster.rollout import RayEngine
+    from posttrain.scale.engine import RayEngine
 
     eng = RayEngine("paged", tiny_model_dir, tiny_tokenizer, OPTIONS, workers=2, num_cpus=0.5)
     yield eng
@@ -35,7 +35,7 @@ def batch(tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def sharp_state(tiny_model_dir):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
     return {k: (v * 10.0 if v.dim() == 2 else v).detach().clone() for k, v in model.state_dict().items()}
@@ -117,10 +117,10 @@ def test_a_worker_killed_mid_batch_is_replaced_on_the_latest_weights_and_only_it
 
 
 def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_model_dir, tiny_tokenizer, batch):
-    from posttrain.cluster import install_sandbox_for, make_engine_for
-    from posttrain.cluster.rollout import RayEngine
-    from posttrain.config import RLConfig, load_config
-    from posttrain.rollout.paged import PagedEngine
+    from posttrain.scale import install_sandbox_for, make_engine_for
+    from posttrain.scale.engine import RayEngine
+    from posttrain.config.rl import RLConfig, load_config
+    from posttrain.engine.paged import PagedEngine
 
     base = [f"model.path={tiny_model_dir}", "rollout.engine=paged", "model.dtype=float32"]
     local_cfg = load_config(RLConfig, None, base)
@@ -141,8 +141,8 @@ def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_mod
 def test_the_async_client_of_the_recipe_drives_it_unchanged(engine, batch, sharp_state):
     import asyncio
 
-    from posttrain.rollout.client import AsyncEngine
-    from posttrain.rollout.weight_sync import InProcessTransport
+    from posttrain.engine.client import AsyncEngine
+    from posttrain.engine.weight_sync import InProcessTransport
 
     prompts, params = batch
     prompts, params = prompts[:2] + prompts[3:], params[:2] + params[3:]  # seeded ones

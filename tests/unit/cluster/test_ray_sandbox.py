@@ -15,7 +15,7 @@ from posttrain.sandbox import RunRequest
 
 @pytest.fixture(scope="module")
 def sandbox(ray_cluster):
-    from posttrain.cluster.sandbox import RaySandbox
+    from posttrain.scale.sandbox import RaySandbox
 
     with RaySandbox(workers=2, slots=1, num_cpus=0.5) as sb:
         yield sb

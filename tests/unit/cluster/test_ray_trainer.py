@@ -14,7 +14,7 @@ from dist_cases import make_cfg, make_groups, single_step  # noqa: E402
 
 
 def test_a_step_in_the_trainer_actor_equals_the_local_step(ray_cluster, tiny_model_dir, tiny_tokenizer):
-    from posttrain.cluster.trainer import RayTrainer
+    from posttrain.scale.trainer import RayTrainer
 
     cfg = make_cfg(algo={"kl_coef": 0.05}, train={"steps": 10})
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": tiny_model_dir})})

@@ -12,8 +12,8 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-from posttrain.config import RLConfig  # noqa: E402
-from posttrain.types import Group, Task, Trajectory  # noqa: E402
+from posttrain.config.rl import RLConfig  # noqa: E402
+from posttrain.core.types import Group, Task, Trajectory  # noqa: E402
 
 
 def make_groups(n_groups: int = 4, k: int = 4, seed: int = 3, vocab: int = 400) -> list[Group]:
@@ -43,7 +43,7 @@ def make_cfg(algo: dict | None = None, train: dict | None = None, world_size: in
 
 
 def load(model_dir: str):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
     return load_model(model_dir, dtype="float32", device=torch.device("cpu"))
 
 
@@ -70,7 +70,7 @@ def train_rank(rank, world, model_dir, groups, cfg, kind, pad_id, out_dir, steps
                param_dtype=None):
     """One rank of a distributed step: wrap, dist_train_step (`steps` times), write the full weights
     (rank 0) and, with `save_dcp_to`, a DCP checkpoint plus rank 0's full optimizer state."""
-    from posttrain.dist.trainer import dist_train_step, wrap_policy
+    from posttrain.train.distributed.trainer import dist_train_step, wrap_policy
     from posttrain.train.optim import build_optimizer, build_scheduler
     model = load(model_dir)
     ref = load(model_dir).eval().requires_grad_(False) if cfg.algo.kl_coef > 0 else None
@@ -83,7 +83,7 @@ def train_rank(rank, world, model_dir, groups, cfg, kind, pad_id, out_dir, steps
     local_shapes = {n: tuple(getattr(p, "to_local", lambda: p)().shape) for n, p in policy.model.named_parameters()}
     if save_dcp_to is not None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-        from posttrain.dist.checkpoint import save_dcp
+        from posttrain.train.distributed.checkpoint import save_dcp
         save_dcp(save_dcp_to, policy, opt, sched)
         full_opt = get_optimizer_state_dict(policy.model, opt,
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -107,7 +107,7 @@ def reduce_dtype_rank(rank, world, model_dir, groups, cfg, pad_id):
     """bf16 compute, default reduction: the dtypes the gradient collectives actually carry.
     FSDP2: param_dtype=bf16 (fp32 masters); DDP: a bf16 model. Records each collective's input dtype."""
     import torch.distributed as dist
-    from posttrain.dist.trainer import dist_train_step, wrap_policy
+    from posttrain.train.distributed.trainer import dist_train_step, wrap_policy
     from posttrain.train.optim import build_optimizer, build_scheduler
     seen = {"fsdp2": set(), "ddp": set()}
     kind = ["fsdp2"]

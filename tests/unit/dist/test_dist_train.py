@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import dist_cases as dc
-from posttrain.dist.checkpoint import load_dcp
-from posttrain.dist.group import launch
-from posttrain.dist.trainer import wrap_policy
-from posttrain.errors import CheckpointError, ConfigError, TrainingError
+from posttrain.train.distributed.checkpoint import load_dcp
+from posttrain.train.distributed.group import launch
+from posttrain.train.distributed.trainer import wrap_policy
+from posttrain.core.errors import CheckpointError, ConfigError, TrainingError
 from posttrain.train.optim import build_optimizer, build_scheduler
 
 # KL in the loss (a reference model), entropy bonus, recomputed old logprobs, per-sequence

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import dist_cases as dc
-from posttrain.dist.rl_worker import spawn_trainer_ranks
-from posttrain.errors import ConfigError
+from posttrain.train.distributed.rl_worker import spawn_trainer_ranks
+from posttrain.core.errors import ConfigError
 
 ALGO = {"kl_coef": 0.05, "aggregation": "token_mean"}
 TRAIN = {"updates_per_step": 2, "max_tokens_per_microbatch": 64}

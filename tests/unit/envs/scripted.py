@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 
-from posttrain.envs.base import InfraError, Observation, StepResult, register_env
+from posttrain.envs.env import InfraError, Observation, StepResult, register_env
 from posttrain.envs.episode import turn_seed
-from posttrain.rollout.engine import Completion
-from posttrain.types import Score
+from posttrain.engine.protocol import Completion
+from posttrain.core.types import Score
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "description": "add two integers", "parameters": {

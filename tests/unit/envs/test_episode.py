@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from posttrain.envs.base import ToolCall
+from posttrain.envs.env import ToolCall
 from posttrain.envs.rollout import rollout
 from posttrain.envs.template import ENV, POLICY, TEMPLATE
 from posttrain.envs.tools.parsers import get_parser
-from posttrain.rollout.engine import SamplingParams
-from posttrain.types import Limits, Task
+from posttrain.engine.protocol import SamplingParams
+from posttrain.core.types import Limits, Task
 from tests.unit.envs.scripted import TOOLS, CalcEnv, TurnScript
 
 HERMES = get_parser("hermes")
@@ -148,7 +148,7 @@ def test_episodes_are_reproducible_and_independent_of_batch(tiny_tokenizer):
 
 
 def test_final_state_is_json_and_rescored_without_the_episode(tiny_tokenizer):
-    from posttrain.verifiers.env_score import env_score
+    from posttrain.envs.score import env_score
 
     _, [traj] = run(tiny_tokenizer, {5: [call("add", a=2, b=3), "5"]}, [task()])
     again = json.loads(json.dumps(traj.final_state))
@@ -161,8 +161,8 @@ def test_final_state_is_json_and_rescored_without_the_episode(tiny_tokenizer):
 
 
 def test_cancelled_request_is_aborted_in_the_engine(tiny_model_dir, tiny_tokenizer):
-    from posttrain.rollout.client import AsyncEngine
-    from posttrain.rollout.paged.engine import make_engine
+    from posttrain.engine.client import AsyncEngine
+    from posttrain.engine.paged.engine import make_engine
 
     engine = make_engine(tiny_model_dir, tiny_tokenizer, speculative=None)
 

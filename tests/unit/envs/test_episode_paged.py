@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from posttrain.envs.rollout import rollout
-from posttrain.rollout.engine import SamplingParams
-from posttrain.rollout.paged.engine import make_engine
-from posttrain.types import Limits, Task
+from posttrain.engine.protocol import SamplingParams
+from posttrain.engine.paged.engine import make_engine
+from posttrain.core.types import Limits, Task
 
 
 def _tasks(n: int) -> list[Task]:

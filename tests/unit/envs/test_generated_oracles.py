@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.envs.base import Resources, make_env
-from posttrain.envs.metrics import episode_metrics
+from posttrain.envs.env import Resources, make_env
+from posttrain.envs.stats import episode_metrics
 from posttrain.envs.oracle import OracleEngine
 from posttrain.envs.rollout import chat_format, rollout
-from posttrain.rollout.engine import SamplingParams
+from posttrain.engine.protocol import SamplingParams
 from posttrain.tasks.generated import oracle_turns
 from posttrain.tasks.registry import make_source_tasks
 

@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.envs.template import ChatFormat, check_template
 from posttrain.envs.tools.parsers import get_parser
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 
 HERMES = get_parser("hermes")
 
@@ -65,8 +65,8 @@ def test_keep_history_accepts_a_think_stripping_template_only(tiny_tokenizer):
 
 def test_a_multi_turn_rollout_refuses_a_bad_template_before_sampling(tiny_tokenizer):
     from posttrain.envs.rollout import rollout
-    from posttrain.rollout.engine import SamplingParams
-    from posttrain.types import Limits, Task
+    from posttrain.engine.protocol import SamplingParams
+    from posttrain.core.types import Limits, Task
     from tests.unit.envs.scripted import TurnScript
 
     tok = with_template(tiny_tokenizer, NOT_PREFIX)

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from posttrain.envs.base import ToolCall
+from posttrain.envs.env import ToolCall
 from posttrain.envs.tools import MAX_CALL_CHARS, MAX_CALLS, PARSERS, get_parser, pick_parser
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 
 hermes, llama, pythonic = get_parser("hermes"), get_parser("llama3_json"), get_parser("pythonic")
 

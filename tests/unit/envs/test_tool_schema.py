@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.envs.base import ToolCall
+from posttrain.envs.env import ToolCall
 from posttrain.envs.tools import (PARSERS, check_call, get_parser, template_renders_tools, tool_name,
                                   tools_system_prompt, with_tools)
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city.",

@@ -6,8 +6,8 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from posttrain.envs.single_turn import prompt_ids
-from posttrain.rollout.engine import Completion, SamplingParams
-from posttrain.types import Task
+from posttrain.engine.protocol import Completion, SamplingParams
+from posttrain.core.types import Task
 
 
 class ScriptedEngine:

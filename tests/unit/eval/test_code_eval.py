@@ -8,7 +8,7 @@ import json
 import pytest
 
 from posttrain.eval.sources import load_spec
-from posttrain.eval.suite import evaluate_tasks
+from posttrain.eval.evaluate import evaluate_tasks
 from tests.unit.eval.scripted import ScriptedEngine
 from tests.unit.eval.test_sources import ADD
 

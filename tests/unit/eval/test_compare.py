@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from posttrain.config_eval import GateConfig
-from posttrain.errors import ConfigError
+from posttrain.config.eval import GateConfig
+from posttrain.core.errors import ConfigError
 from posttrain.eval.compare import bootstrap_p, check_gates, compare, mcnemar_p, paired_delta
 
 

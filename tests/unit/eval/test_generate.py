@@ -9,7 +9,7 @@ from posttrain.eval.generate import generate
 
 @pytest.fixture(scope="module")
 def model_and_tok(tiny_model_dir):
-    from posttrain.train.model import load_model_and_tokenizer
+    from posttrain.core.hf import load_model_and_tokenizer
 
     return load_model_and_tokenizer(tiny_model_dir, device=None)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.eval.harness import completions_path, sampling_temperature, stop_ids
-from posttrain.eval.suite import evaluate_tasks
-from posttrain.tasks.reasoning_gym import gold_completion, make_tasks
+from posttrain.eval.run import completions_path, sampling_temperature, stop_ids
+from posttrain.eval.evaluate import evaluate_tasks
+from posttrain.domains.reasoning_gym.source import gold_completion, make_tasks
 from tests.unit.eval.scripted import ScriptedEngine
 
 

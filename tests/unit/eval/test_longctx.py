@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.eval.analyses import run_analyses
-from posttrain.eval.longctx import summarize
-from posttrain.eval.suite import SampleRecord, evaluate_tasks
-from posttrain.tasks import longctx
+from posttrain.domains.longctx.analysis import summarize
+from posttrain.eval.evaluate import SampleRecord, evaluate_tasks
+from posttrain.domains.longctx import source as longctx
 from posttrain.tasks.registry import is_source, make_source_tasks
-from posttrain.telemetry.report_longctx import render_long_context
-from posttrain.types import Task, Trajectory
+from posttrain.domains.longctx.report import render_long_context
+from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import get_verifier
 
 SMOLLM2 = Path(__file__).resolve().parents[3] / ".cache/posttrain/models/smollm2-135m-instruct"
@@ -185,7 +185,7 @@ def test_summarize_grid_by_length_and_depth():
 
 
 def test_probes_run_through_the_paged_engine_with_chunked_prefill(tiny_model_dir, tiny_tokenizer):
-    from posttrain.rollout.paged.engine import make_engine
+    from posttrain.engine.paged.engine import make_engine
 
     # the tiny tokenizer packs English ~3x less densely than SmolLM2's: these prompts are 500-800 tokens,
     # within the tiny model's 1024 positions

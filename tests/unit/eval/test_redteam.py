@@ -9,14 +9,14 @@ import re
 
 import pytest
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.eval.analyses import run_analyses
-from posttrain.eval.redteam import CATEGORIES, make_tasks, summarize
+from posttrain.domains.redteam.source import CATEGORIES, make_tasks, summarize
 from posttrain.eval.sources import load_spec
-from posttrain.eval.suite import evaluate_tasks
+from posttrain.eval.evaluate import evaluate_tasks
 from posttrain.tasks.registry import expand_group, make_source_tasks
-from posttrain.telemetry.report_safety import render_safety
-from posttrain.types import Score, Task
+from posttrain.domains.redteam.report import render_safety
+from posttrain.core.types import Score, Task
 from posttrain.verifiers import VERIFIERS, register
 from tests.unit.eval.scripted import ScriptedEngine
 

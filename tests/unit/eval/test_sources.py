@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.errors import ConfigError, DataError
+from posttrain.core.errors import ConfigError, DataError
 from posttrain.eval.sources import file_domain, file_format, load_file, load_spec, parse_spec
 
 ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"a + b\"\"\"\n", "entry_point": "add",

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.eval.suite import evaluate_in_loop, evaluate_tasks, flat_metrics, wilson_interval
-from posttrain.types import Task
+from posttrain.eval.evaluate import evaluate_in_loop, evaluate_tasks, flat_metrics, wilson_interval
+from posttrain.core.types import Task
 from posttrain.verifiers import VERIFIERS, register
 from tests.unit.eval.scripted import ScriptedEngine
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.errors import ModelLoadError
+from posttrain.core.errors import ModelLoadError
 from posttrain.models.convert import SOURCE_NOTE, convert_gguf, inspect_gguf
-from posttrain.types import Task
+from posttrain.core.types import Task
 from tests.unit.models.tiny_gguf import write_tiny_gguf
 
 CHAT = [{"role": "user", "content": "Calculate 12 + 34."}]
@@ -35,7 +35,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("qtype", ["F32", "Q4_1"])
 def test_converted_directory_matches_transformers_gguf_load(gguf_dir, tmp_path, qtype, tiny_llama, tiny_tokenizer):
-    from posttrain.train.model import load_model_and_tokenizer
+    from posttrain.core.hf import load_model_and_tokenizer
 
     src = gguf_dir / f"tiny-{qtype}.gguf"
     out = tmp_path / "hf"
@@ -73,7 +73,7 @@ def test_converted_directory_matches_transformers_gguf_load(gguf_dir, tmp_path, 
 
 def test_no_chat_template_warns_and_rl_refuses_it(gguf_dir, tmp_path):
     from posttrain.envs.single_turn import prompt_ids
-    from posttrain.train.model import load_tokenizer
+    from posttrain.core.hf import load_tokenizer
 
     done = convert_gguf(gguf_dir / "tiny-notemplate.gguf", tmp_path / "hf")
     assert len(done.warnings) == 1 and "no chat template" in done.warnings[0]

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from posttrain.errors import ModelLoadError
+from posttrain.core.errors import ModelLoadError
 from posttrain.models import registry
 from posttrain.models.convert import SOURCE_NOTE
 

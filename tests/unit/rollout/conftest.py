@@ -12,7 +12,7 @@ PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more word
 @pytest.fixture(scope="module")
 def sharp_model(tiny_model_dir):
     """Callers that hand it to an engine owning its model (HFEngine) pass a deepcopy."""
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
     with torch.no_grad():

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from posttrain.rollout import Completion, SamplingParams
+from posttrain.engine import Completion, SamplingParams
 
 
 def greedy(max_tokens: int, **kw) -> SamplingParams:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from posttrain.rollout.client import AsyncEngine
-from posttrain.rollout.engine import SamplingParams, StepOutput
+from posttrain.engine.client import AsyncEngine
+from posttrain.engine.protocol import SamplingParams, StepOutput
 
 
 class SlowStepping:

@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from posttrain.rollout import HFEngine, SamplingParams
-from posttrain.rollout.client import AsyncEngine
-from posttrain.rollout.paged import PagedEngine
+from posttrain.engine import HFEngine, SamplingParams
+from posttrain.engine.client import AsyncEngine
+from posttrain.engine.paged import PagedEngine
 from tests.unit.rollout.engine_checks import same
 
 LONG = 40

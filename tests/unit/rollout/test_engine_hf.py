@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from posttrain.rollout import ENGINES, Completion, Engine, HFEngine, SamplingParams, sample_next
+from posttrain.engine import ENGINES, Completion, Engine, HFEngine, SamplingParams, sample_next
 from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, logprob_error, same
 
 

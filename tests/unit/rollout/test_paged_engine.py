@@ -9,9 +9,9 @@ import threading
 import pytest
 import torch
 
-from posttrain.rollout import ENGINES, Completion, HFEngine, SamplingParams
-from posttrain.rollout.engine import SteppingEngine
-from posttrain.rollout.paged import PagedEngine, make_engine
+from posttrain.engine import ENGINES, Completion, HFEngine, SamplingParams
+from posttrain.engine.protocol import SteppingEngine
+from posttrain.engine.paged import PagedEngine, make_engine
 from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, same
 
 
@@ -155,7 +155,7 @@ def test_finish_reasons_stops_and_context_limit(model, eng, prompts, tiny_tokeni
 
 
 def test_update_weights_in_place(tiny_model_dir, tiny_tokenizer, prompts, tmp_path):
-    from posttrain.train.model import load_model, quiet_hf_progress
+    from posttrain.core.hf import load_model, quiet_hf_progress
     from posttrain.train.weights import engine_state_dict
 
     e = make_engine(tiny_model_dir, tiny_tokenizer, device="cpu")

@@ -13,12 +13,12 @@ import json
 import pytest
 import torch
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine, make_engine
-from posttrain.rollout.paged.cache import dequantize_int8, quantize_int8
-from posttrain.rollout.paged.config import ModelSpec, rope_tables
-from posttrain.rollout.paged.model import load_safetensors
-from posttrain.train.model import quiet_hf_progress
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine, make_engine
+from posttrain.engine.paged.cache import dequantize_int8, quantize_int8
+from posttrain.engine.paged.config import ModelSpec, rope_tables
+from posttrain.engine.paged.model import load_safetensors
+from posttrain.core.hf import quiet_hf_progress
 from tests.unit.rollout.engine_checks import greedy, logprob_error
 
 
@@ -142,7 +142,7 @@ def test_config_parsing_old_and_new_rope_formats():
     assert q2.qkv_bias and not q2.o_bias and q2.kv_size == 32
     q3 = ModelSpec.from_hf(dict(base, model_type="qwen3", head_dim=32, attention_bias=True))
     assert q3.qk_norm and q3.qkv_bias and q3.o_bias and q3.q_size == 128
-    from posttrain.errors import ConfigError
+    from posttrain.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="gpt2"):
         ModelSpec.from_hf(dict(base, model_type="gpt2"))
@@ -154,7 +154,7 @@ def test_config_parsing_old_and_new_rope_formats():
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_equal_full_hf_forward(tiny_model_dir, tiny_tokenizer, prompts, temperature):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     model = sharpen(load_model(tiny_model_dir, "float32", torch.device("cpu")))
     eng = PagedEngine.from_hf_model(model, tiny_tokenizer, block_size=4, max_num_batched_tokens=8)
@@ -190,7 +190,7 @@ def test_int8_quantization_by_hand():
 def test_int8_kv_cache_logprob_error(tiny_model_dir, tiny_tokenizer, prompts):
     """Teacher-forced: the int8 engine scores the fp32 engine's sampled tokens (one prefill of prompt +
     completion: every position reads the dequantized K/V); max |delta logprob| is printed."""
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     model = sharpen(load_model(tiny_model_dir, "float32", torch.device("cpu")), 3.0)
     full = PagedEngine.from_hf_model(model, tiny_tokenizer)
@@ -209,8 +209,8 @@ def test_int8_kv_cache_logprob_error(tiny_model_dir, tiny_tokenizer, prompts):
 
 def teacher_forced_logprobs(eng: PagedEngine, prompt, completion) -> torch.Tensor:
     """log p(completion[i] | prompt + completion[:i]) under `eng`, from one prefill through its cache."""
-    from posttrain.rollout.paged.attention import build_metadata
-    from posttrain.rollout.paged.scheduler import Sequence
+    from posttrain.engine.paged.attention import build_metadata
+    from posttrain.engine.paged.scheduler import Sequence
 
     seq = list(prompt) + list(completion)
     s = Sequence(-1, seq, greedy(1), 0, 0)

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine
-from posttrain.rollout.paged.cache import BlockAllocator
-from posttrain.rollout.paged.scheduler import Scheduler, Sequence
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine
+from posttrain.engine.paged.cache import BlockAllocator
+from posttrain.engine.paged.scheduler import Scheduler, Sequence
 from tests.unit.rollout.engine_checks import mixed_params, same
 
 

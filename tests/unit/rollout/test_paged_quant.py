@@ -10,8 +10,8 @@ import warnings
 import pytest
 import torch
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine, quant
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine, quant
 
 
 def test_int8_linear_close_to_fp32_and_batch_invariant():
@@ -61,7 +61,7 @@ def test_int8_engine_tracks_the_exact_one(mode, tiny_model_dir, tiny_tokenizer, 
 
 
 def test_update_weights_requantizes(tiny_model_dir, tiny_tokenizer, prompts):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
     int8 = PagedEngine.from_pretrained(tiny_model_dir, tiny_tokenizer, device="cpu", weights="int8")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine
 from tests.unit.rollout.engine_checks import mixed_params
-from posttrain.rollout.paged.cache import BlockAllocator, block_key
+from posttrain.engine.paged.cache import BlockAllocator, block_key
 
 
 @pytest.fixture(scope="module")

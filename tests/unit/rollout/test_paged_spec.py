@@ -11,10 +11,10 @@ import random
 import pytest
 import torch
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine
 from tests.unit.rollout.engine_checks import mixed_params
-from posttrain.rollout.paged.spec import (
+from posttrain.engine.paged.spec import (
     DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )
 
@@ -91,7 +91,7 @@ def test_ngram_bad_arguments():
 
 
 def _scaled(tiny_model_dir, scale: float):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     m = load_model(tiny_model_dir, "float32", torch.device("cpu"))
     with torch.no_grad():
@@ -330,7 +330,7 @@ def test_backoff_after_misses_by_hand(looping_model, prompts):
 
 
 def test_make_engine_speculative_option(tiny_model_dir, tiny_tokenizer, prompts):
-    from posttrain.rollout.engine import ENGINES
+    from posttrain.engine.protocol import ENGINES
 
     plain = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative=None)
     assert ENGINES["paged"](tiny_model_dir, tiny_tokenizer).propose is not None  # n-gram drafts by default

@@ -13,11 +13,11 @@ import copy
 import pytest
 import torch
 
-from posttrain.errors import ConfigError, WeightSyncError
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.client import AsyncEngine
-from posttrain.rollout.paged import PagedEngine
-from posttrain.rollout.weight_sync import InProcessTransport
+from posttrain.core.errors import ConfigError, WeightSyncError
+from posttrain.engine import SamplingParams
+from posttrain.engine.client import AsyncEngine
+from posttrain.engine.paged import PagedEngine
+from posttrain.engine.weight_sync import InProcessTransport
 from tests.unit.rollout.engine_checks import same
 
 LONG = 100
@@ -141,7 +141,7 @@ def test_a_bad_pause_mode_and_a_failed_transfer_leave_the_engine_serving(sharp_m
 
 
 def test_runner_drain_then_a_plain_suspend_aborts_what_is_left(sharp_model, prompts):
-    from posttrain.rollout.runner import EngineRunner
+    from posttrain.engine.runner import EngineRunner
 
     runner = EngineRunner(paged(sharp_model))
     events: dict[int, list] = {i: [] for i in range(3)}

@@ -16,9 +16,9 @@ import httpx
 import pytest
 import torch
 
-from posttrain.rollout import Engine, HFEngine, SamplingParams
-from posttrain.rollout.remote import RemoteEngine, RemoteEngineError, completion_request, make_engine, parse_choice
-from posttrain.rollout.server import build_app
+from posttrain.engine import Engine, HFEngine, SamplingParams
+from posttrain.engine.remote import RemoteEngine, RemoteEngineError, completion_request, make_engine, parse_choice
+from posttrain.engine.server.app import build_app
 
 PROMPTS = ["Calculate 1 + 2.", "We add 12 and", "x", "Calculate 345 + 678 and then", "Answer:", "7"]
 
@@ -183,7 +183,7 @@ def test_retries_until_the_server_is_up_and_reports_errors(sharp_model, tiny_tok
 
 
 def test_update_weights_through_the_server(tiny_model_dir, sharp_model, tiny_tokenizer, prompts, tmp_path):
-    from posttrain.train.model import load_model
+    from posttrain.core.hf import load_model
 
     plain_model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
     engine = HFEngine(copy.deepcopy(sharp_model), pad_token_id=0, tokenizer=tiny_tokenizer)

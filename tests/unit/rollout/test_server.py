@@ -21,10 +21,10 @@ import httpx
 import pytest
 import torch
 
-from posttrain.rollout import Completion, HFEngine, SamplingParams
-from posttrain.rollout.engine import StepOutput, SteppingEngine
-from posttrain.rollout.server import build_app
-from posttrain.rollout.server_api import TextStream
+from posttrain.engine import Completion, HFEngine, SamplingParams
+from posttrain.engine.protocol import StepOutput, SteppingEngine
+from posttrain.engine.server.app import build_app
+from posttrain.engine.server.api import TextStream
 
 openai = pytest.importorskip("openai")
 
@@ -415,8 +415,8 @@ def test_text_stream_decodes_incrementally_and_cuts_at_stops(tiny_tokenizer):
 
 def test_serve_runs_a_model_directory(tiny_model_dir):
     """`posttrain serve` in its own process, on the paged engine."""
-    from posttrain.errors import ConfigError
-    from posttrain.rollout.server import serve
+    from posttrain.core.errors import ConfigError
+    from posttrain.engine.server.app import serve
 
     with pytest.raises(ConfigError, match="engine 'nope' is not available"):
         serve(tiny_model_dir, engine="nope")
@@ -446,9 +446,8 @@ def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
     """--mode fast: int8 weight-only matmuls with n-gram drafts; standard: exact, no drafts."""
     import uvicorn
 
-    from posttrain.errors import ConfigError
-    from posttrain.rollout import server
-
+    from posttrain.core.errors import ConfigError
+    from posttrain.engine.server import app as server
     built = []
     monkeypatch.setattr(server, "build_app", lambda eng, *a, **k: built.append(eng))
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
@@ -459,7 +458,7 @@ def test_serve_modes_pick_the_engine_options(tiny_model_dir, monkeypatch):
     server.serve(tiny_model_dir, mode="fast", weights="int8")  # explicit options win over the mode's
     standard, fast, fast_int8 = built
     assert standard.weights == "exact" and standard.propose is None
-    from posttrain.rollout.paged import quant
+    from posttrain.engine.paged import quant
 
     expected = "int8-weight-only" if quant.int8_kernel_error("int8-weight-only") is None else "exact"  # fallback
     assert fast.propose is not None and fast.weights == fast.weights_precision == expected

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from posttrain.rollout import SamplingParams
-from posttrain.rollout import vllm as backend
+from posttrain.engine import SamplingParams
+from posttrain.engine import vllm as backend
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 

@@ -16,7 +16,7 @@ def engine(tiny_llama_dir):
     pytest.importorskip("vllm")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    from posttrain.rollout.vllm import VLLMEngine
+    from posttrain.engine.vllm import VLLMEngine
 
     return VLLMEngine(tiny_llama_dir, gpu_memory_utilization=0.2, enforce_eager=True, dtype="float32",
                       enable_sleep_mode=True)
@@ -25,7 +25,7 @@ def engine(tiny_llama_dir):
 def test_token_ids_and_logprobs_follow_the_engine_contract(engine, tiny_llama_dir):
     from transformers import AutoModelForCausalLM
 
-    from posttrain.rollout.engine import SamplingParams
+    from posttrain.engine.protocol import SamplingParams
 
     prompt = [1, 5, 9, 13, 17]
     [c] = engine.generate([prompt], [SamplingParams(temperature=1.0, max_tokens=8, seed=3)])
@@ -41,7 +41,7 @@ def test_token_ids_and_logprobs_follow_the_engine_contract(engine, tiny_llama_di
 def test_weight_sync_with_pause_and_resume_changes_what_it_samples(engine, tiny_llama_dir):
     from transformers import AutoModelForCausalLM
 
-    from posttrain.rollout.engine import SamplingParams
+    from posttrain.engine.protocol import SamplingParams
 
     params = [SamplingParams(temperature=0.0, max_tokens=8)]
     before = engine.generate([[1, 2, 3]], params)[0].token_ids

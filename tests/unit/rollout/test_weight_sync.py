@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.errors import WeightSyncError
-from posttrain.rollout import SamplingParams
-from posttrain.rollout.paged import PagedEngine
-from posttrain.rollout.weight_sync import (DirectoryTransport, InProcessTransport, make_manifest, receive_and_swap,
+from posttrain.core.errors import WeightSyncError
+from posttrain.engine import SamplingParams
+from posttrain.engine.paged import PagedEngine
+from posttrain.engine.weight_sync import (DirectoryTransport, InProcessTransport, make_manifest, receive_and_swap,
                                            verify)
 from tests.unit.rollout.engine_checks import same
 
@@ -77,7 +77,7 @@ def test_directory_round_trip_is_exact_safetensors_and_keeps_the_last_k(tmp_path
 
 SENDER = r"""
 import sys, time, torch
-from posttrain.rollout import weight_sync
+from posttrain.engine import weight_sync
 state, out = torch.load(sys.argv[1]), sys.argv[2]
 calls = [0]
 def half_then_hang(f, buf):
@@ -178,8 +178,8 @@ def test_in_process_is_verified_and_a_missing_version_is_named(states, sharp_mod
 DIST = r"""
 import datetime, json, os, sys, torch
 import torch.distributed as dist
-from posttrain.errors import WeightSyncError
-from posttrain.rollout.weight_sync import DistTransport, make_manifest
+from posttrain.core.errors import WeightSyncError
+from posttrain.engine.weight_sync import DistTransport, make_manifest
 rank, port, out, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                         timeout=datetime.timedelta(seconds=30))

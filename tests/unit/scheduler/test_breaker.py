@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from posttrain.scheduler.breaker import Breakers
+from posttrain.rl.breaker import Breakers
 
 
 def fail(br: Breakers, domain: str, n: int, why: str = "infra_error: sandbox unreachable") -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import RLConfig
-from posttrain.envs.base import InfraError, register_env, ENVS
+from posttrain.config.rl import RLConfig
+from posttrain.envs.env import InfraError, register_env, ENVS
 from posttrain.envs.single_turn import SingleTurnEnv
-from posttrain.rollout.engine import Completion
-from posttrain.scheduler.core import Scheduler
-from posttrain.scheduler.groups import StepContext
+from posttrain.engine.protocol import Completion
+from posttrain.rl.collect import Scheduler
+from posttrain.rl.scoring import StepContext
 from posttrain.tasks.mixture import ListSource, Mixture
-from posttrain.types import Limits, Task
+from posttrain.core.types import Limits, Task
 from tests.recipes import rl_toy  # noqa: F401 - registers first_token_even
 
 

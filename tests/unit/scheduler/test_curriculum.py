@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from posttrain.config_sched import CurriculumConfig
-from posttrain.errors import ConfigError
-from posttrain.scheduler.curriculum import make_curriculum
-from posttrain.tasks import reasoning_gym as rg
+from posttrain.config.sched import CurriculumConfig
+from posttrain.core.errors import ConfigError
+from posttrain.rl.curriculum import make_curriculum
+from posttrain.domains.reasoning_gym import source as rg
 from posttrain.tasks.mixture import GeneratedSource, GymSource, Mixture, registry_source
 from posttrain.tasks.registry import make_source_tasks
 

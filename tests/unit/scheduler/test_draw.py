@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
-from posttrain.config_sched import ValueConfig
-from posttrain.errors import ConfigError
-from posttrain.scheduler.draw import domain_weights, draw_domains, steer
-from posttrain.scheduler.stats import PassRates, signal_value
-from posttrain.types import Task
+from posttrain.config.sched import ValueConfig
+from posttrain.core.errors import ConfigError
+from posttrain.rl.draw import domain_weights, draw_domains, steer
+from posttrain.rl.stats import PassRates, signal_value
+from posttrain.core.types import Task
 
 K = 8
 

@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from posttrain.config_sched import LaneConfig
-from posttrain.scheduler.lanes import PRIORITY, LaneGate, classify
+from posttrain.config.sched import LaneConfig
+from posttrain.rl.lanes import PRIORITY, LaneGate, classify
 
 
 def run(coro, limit: float = 2.0):

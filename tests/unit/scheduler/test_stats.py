@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from posttrain.scheduler.stats import Costs, PassRates, expected_signal, signal_value
-from posttrain.scheduler.utilisation import quantile
+from posttrain.rl.stats import Costs, PassRates, expected_signal, signal_value
+from posttrain.rl.utilisation import quantile
 
 
 # ---------------------------------------------------------------- expected signal

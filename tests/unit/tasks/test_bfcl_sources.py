@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.tasks.bfcl_data import bfcl_dir, json_schema, split_of, tool_schema
+from posttrain.core.errors import ConfigError
+from posttrain.domains.bfcl.data import bfcl_dir, json_schema, split_of, tool_schema
 from posttrain.tasks.registry import is_source, make_source_tasks
 
 SOURCES = ("bfcl_simple_python", "bfcl_multiple", "bfcl_parallel", "bfcl_parallel_multiple", "bfcl_irrelevance",
@@ -128,7 +128,7 @@ def test_no_bfcl_module_of_ours_imports_bfcl_eval():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3] / "posttrain"
-    paths = sorted(root.rglob("*bfcl*.py"))
+    paths = sorted((root / "domains" / "bfcl").rglob("*.py"))
     assert len(paths) >= 6
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):

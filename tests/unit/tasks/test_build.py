@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from posttrain.errors import ConfigError, DataError
+from posttrain.core.errors import ConfigError, DataError
 from posttrain.eval.sources import load_spec
 from posttrain.tasks import dedup
 from posttrain.tasks.build import BuildOptions, GoldError, build_tasks
 from posttrain.tasks.cli import app
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.types import Trajectory
+from posttrain.core.types import Trajectory
 from posttrain.verifiers import run_verifiers
 
 ROOT = Path(__file__).resolve().parents[3]

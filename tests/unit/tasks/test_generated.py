@@ -8,13 +8,13 @@ import asyncio
 import pytest
 
 import tests.unit.envs.scripted  # noqa: F401  (registers the test_calc env)
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.eval.sources import load_spec
 from posttrain.tasks.generated import HELD_OUT_SEED, GENERATORS, OracleTurn, calls, register_generated
 from posttrain.tasks.mixture import GeneratedSource
 from posttrain.tasks.registry import SOURCES, make_source_tasks
 from posttrain.tasks.validate import validate_generated
-from posttrain.types import Limits, Task
+from posttrain.core.types import Limits, Task
 
 
 def add_oracle(task):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.types import Limits
+from posttrain.core.types import Limits
 
 
 def write(tmp_path, lines, name="tasks.jsonl"):

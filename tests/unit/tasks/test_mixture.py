@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from posttrain.config import DomainConfig
-from posttrain.errors import ConfigError
-from posttrain.tasks import reasoning_gym as rg
+from posttrain.config.rl import DomainConfig
+from posttrain.core.errors import ConfigError
+from posttrain.domains.reasoning_gym import source as rg
 from posttrain.tasks.mixture import GymSource, jsonl_source, Mixture, build_mixture
 
 # A small problem space (two 1-2 digit terms): questions repeat across seeds, so held-out
@@ -182,8 +182,8 @@ def test_empty_mixture_is_config_error():
 
 
 def test_domain_verifiers_override_what_tasks_name():
-    from posttrain.config import DomainConfig
-    from posttrain.errors import ConfigError
+    from posttrain.config.rl import DomainConfig
+    from posttrain.core.errors import ConfigError
     from posttrain.tasks.mixture import build_mixture
 
     opts = {"max_terms": 3, "max_digits": 2}
@@ -200,10 +200,10 @@ def test_domain_verifiers_override_what_tasks_name():
 
 
 def test_eval_tasks_beyond_the_holdout_are_refused():
-    from posttrain.config import DomainConfig
-    from posttrain.errors import ConfigError
+    from posttrain.config.rl import DomainConfig
+    from posttrain.core.errors import ConfigError
     from posttrain.tasks.mixture import build_mixture
-    from posttrain.tasks.reasoning_gym import HOLDOUT
+    from posttrain.domains.reasoning_gym.source import HOLDOUT
 
     with pytest.raises(ConfigError, match="eval_tasks=60 exceeds the 50 held-out"):
         build_mixture([DomainConfig(name="basic_arithmetic", eval_tasks=60, holdout=50)], task_seed=500_000, seed=0)
@@ -215,9 +215,9 @@ def test_eval_tasks_beyond_the_holdout_are_refused():
 
 
 def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score():
-    from posttrain.config import DomainConfig
+    from posttrain.config.rl import DomainConfig
     from posttrain.tasks.mixture import build_mixture
-    from posttrain.types import Score
+    from posttrain.core.types import Score
     from posttrain.verifiers import task_score, verifier_options
 
     d = DomainConfig(name="chain_sum", verifiers=["numeric", "exact"], eval_tasks=2, combine="all",
@@ -234,7 +234,7 @@ def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score
 
 def test_domain_verifier_thresholds_reach_every_task_and_change_its_verdict(tmp_path):
     from posttrain.tasks.mixture import Rescored
-    from posttrain.types import Score
+    from posttrain.core.types import Score
     from posttrain.verifiers import task_score
 
     d = DomainConfig(name="chain_sum", verifiers=["numeric", "math"], combine="majority", eval_tasks=2,

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.tasks.preferences import (
     EVAL_SEED_OFFSET,
     KINDS,

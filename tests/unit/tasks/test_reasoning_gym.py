@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.tasks import reasoning_gym as rg
-from posttrain.tasks.reasoning_gym import (
+from posttrain.core.errors import ConfigError
+from posttrain.domains.reasoning_gym import source as rg
+from posttrain.domains.reasoning_gym.source import (
     EVAL_SEED_START,
     extract_answer,
     gold_completion,
@@ -155,7 +155,7 @@ def test_sft_examples_reject_eval_seeds_and_gold_less_domains():
 
 
 def test_sft_examples_with_options_follow_them_and_skip_eval_questions():
-    from posttrain.tasks.reasoning_gym import held_out_questions, _config_key
+    from posttrain.domains.reasoning_gym.source import held_out_questions, _config_key
 
     import re
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.errors import ConfigError
-from posttrain.tasks import reasoning_gym as rg
-from posttrain.tasks import rg_build, rg_scorers
-
+from posttrain.core.errors import ConfigError
+from posttrain.domains.reasoning_gym import source as rg
+from posttrain.domains.reasoning_gym import build as rg_build
+from posttrain.domains.reasoning_gym import scorers as rg_scorers
 MAZE_BAD = 1_000_939  # reasoning-gym 0.1.19's maze raises RuntimeError for this item (and 1_000_981)
 
 
@@ -144,7 +144,7 @@ def test_composite_items_follow_their_own_datasets_decision():
 
 
 def test_the_quickstart_numeric_verifier_still_scores_arithmetic():
-    from posttrain.types import Trajectory
+    from posttrain.core.types import Trajectory
     from posttrain.verifiers import get_verifier
 
     task, gold, wrong = _arith()
@@ -158,7 +158,7 @@ def test_the_quickstart_numeric_verifier_still_scores_arithmetic():
 
 
 def test_a_domains_credit_option_in_the_config_reaches_its_tasks():
-    from posttrain.config import DomainConfig
+    from posttrain.config.rl import DomainConfig
     from posttrain.tasks.mixture import build_mixture
 
     mix = build_mixture([DomainConfig(name="basic_arithmetic", eval_tasks=4, holdout=50,
@@ -172,8 +172,7 @@ def test_a_domains_credit_option_in_the_config_reaches_its_tasks():
 def test_codeio_items_are_built_in_a_scratch_dir_with_their_output_silenced(tmp_path, monkeypatch, capsys):
     """reasoning-gym's codeio runs code snippets that write files (planet.com, test_dir/) into the working
     directory and print: building its items must leave ours clean and our output quiet."""
-    from posttrain.tasks import reasoning_gym as rg
-
+    from posttrain.domains.reasoning_gym import source as rg
     class Noisy:
         def __getitem__(self, i):
             with open(f"written_{i}.txt", "w") as f:

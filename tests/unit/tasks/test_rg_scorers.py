@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.tasks import reasoning_gym as rg
-from posttrain.tasks import rg_scorers
-
+from posttrain.domains.reasoning_gym import source as rg
+from posttrain.domains.reasoning_gym import scorers as rg_scorers
 REAUDIT = ["basic_arithmetic", "chain_sum", "gcd", "leg_counting", "graph_color", "number_sorting", "rush_hour"]
 
 
@@ -53,7 +52,7 @@ def test_unaudited_domain_defaults_to_full_marks():
 def test_audit_scorers_command_checks_against_the_checked_in_data():
     from typer.testing import CliRunner
 
-    from posttrain.errors import ConfigError
+    from posttrain.core.errors import ConfigError
     from posttrain.tasks.cli import app
 
     ok = CliRunner().invoke(app, ["audit-scorers", "--domains", "chain_sum,gcd", "--check"])

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from posttrain.envs.terminal.task import load_task
-from posttrain.errors import ConfigError, DataError
+from posttrain.domains.terminal.task import load_task
+from posttrain.core.errors import ConfigError, DataError
 from posttrain.tasks.registry import make_source_tasks
 
 TOML = """version = "1.0"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from posttrain.tasks.reasoning_gym import make_tasks
+from posttrain.domains.reasoning_gym.source import make_tasks
 from posttrain.tasks.worked import expression_steps, perturb_number, worked_steps, wrong_steps
 
 

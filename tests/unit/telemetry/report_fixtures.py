@@ -1,6 +1,6 @@
 """A fake pipeline run dir for the report tests: an SFT and an RL stage (real MetricsLogger output with
 the RL loop's metric names), a gate alert, and a suite comparison eval/general/{base,sft,rl}.json +
-compare.json in the shapes posttrain.eval.harness and posttrain.eval.compare write.
+compare.json in the shapes posttrain.eval.run and posttrain.eval.compare write.
 
     run = suite_run(tmp_path / "run")                 # the values below are what the tests assert on
 """

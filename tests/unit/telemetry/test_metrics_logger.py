@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from posttrain.errors import PosttrainError
+from posttrain.core.errors import PosttrainError
 from posttrain.telemetry.metrics import MetricsLogger, read_metrics, truncate_metrics
 
 

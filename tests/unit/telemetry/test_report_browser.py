@@ -22,8 +22,8 @@ import pytest
 
 from posttrain.telemetry.plots import grouped_bar_plot
 from posttrain.telemetry.report import write_report
-from posttrain.telemetry.report_evals import EXTRA_TABLES
-from posttrain.telemetry.report_html import img
+from posttrain.telemetry.report.evals import EXTRA_TABLES
+from posttrain.telemetry.report.html import img
 from tests.unit.telemetry.report_fixtures import suite_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

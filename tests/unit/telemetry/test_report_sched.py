@@ -11,8 +11,8 @@ import pytest
 
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.report import write_report
-from posttrain.telemetry.report_metrics import metric_series
-from posttrain.telemetry.report_sched import HEADER, breaker_trips, render_scheduler
+from posttrain.telemetry.report.metrics import metric_series
+from posttrain.telemetry.report.sched import HEADER, breaker_trips, render_scheduler
 
 STEPS = range(6)
 SQL_OPEN = {2, 3, 5}  # steps on which sql's breaker is open (two trips) and it trains no group

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import BaseConfig, PipelineConfig, SFTConfig, save_config
-from posttrain.errors import PosttrainError
+from posttrain.config.rl import BaseConfig, PipelineConfig, SFTConfig, save_config
+from posttrain.core.errors import PosttrainError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.plots import grouped_bar_plot, line_plot
 from posttrain.telemetry.report import write_report
-from posttrain.telemetry.report_curves import curve_groups
-from posttrain.telemetry.report_dump import group_metrics
-from posttrain.telemetry.report_evals import EXTRA_TABLES
-from posttrain.telemetry.report_metrics import thin
+from posttrain.telemetry.report.curves import curve_groups
+from posttrain.telemetry.report.dump import group_metrics
+from posttrain.telemetry.report.evals import EXTRA_TABLES
+from posttrain.telemetry.report.metrics import thin
 from tests.unit.telemetry.report_fixtures import eval_doc, suite_run
 
 IMG = '<img src="data:image/png;base64,'

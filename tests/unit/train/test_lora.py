@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.config import LoraConfig
-from posttrain.errors import ConfigError
+from posttrain.config.rl import LoraConfig
+from posttrain.core.errors import ConfigError
 from posttrain.train.lora import apply_lora, is_lora, merge_lora, trainable_parameters
-from posttrain.train.model import load_model
+from posttrain.core.hf import load_model
 
 
 def test_only_adapters_train_and_merge_keeps_outputs(tiny_model_dir):

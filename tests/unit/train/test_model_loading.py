@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from posttrain.errors import ModelLoadError
-from posttrain.train.model import load_model_and_tokenizer
+from posttrain.core.errors import ModelLoadError
+from posttrain.core.hf import load_model_and_tokenizer
 
 
 def test_tiny_model_round_trips_through_from_pretrained(tiny_model_dir):

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from posttrain.errors import DataError
-from posttrain.train.model import load_model
+from posttrain.core.errors import DataError
+from posttrain.core.hf import load_model
 from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, supports_shared_prefix
 

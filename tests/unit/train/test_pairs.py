@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.train.pairs import load_pairs, load_preference_records, tokenize_pairs
 from posttrain.train.tokenizer import CHAT_TEMPLATE
 

@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from posttrain.errors import ModelLoadError
-from posttrain.train.model import load_model, load_tokenizer
+from posttrain.core.errors import ModelLoadError
+from posttrain.core.hf import load_model, load_tokenizer
 from posttrain.train.reward_model import (RewardStats, load_reward_stats, normalised, reward_model_from_causal_lm,
                                           save_reward_model, sequence_rewards)
 
@@ -165,7 +165,7 @@ def test_architecture_without_sequence_classification(tmp_path):
 
 def test_lora_wrapped_rm(tiny_model_dir):
     """posttrain rm with model.lora: PEFT adapters, the score head trained in full beside them."""
-    from posttrain.config import LoraConfig
+    from posttrain.config.rl import LoraConfig
     from posttrain.train.lora import apply_lora
 
     base = reward_model_from_causal_lm(tiny_model_dir, dtype="float32", device=CPU, seed=0)

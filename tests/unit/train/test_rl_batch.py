@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from posttrain.errors import TrainingError
-from posttrain.train.model import load_model
+from posttrain.core.errors import TrainingError
+from posttrain.core.hf import load_model
 from posttrain.train.rl_batch import (Sample, build_rl_microbatches, gather_logprobs, plan_units, sequence_logprobs,
                                       supports_shared_prefix, token_logits)
 

@@ -14,8 +14,8 @@ import torch
 
 from posttrain.algos.kl import entropy_from_logits, kl_estimate
 from posttrain.algos.policy_loss import AGGREGATIONS, ppo_clip
-from posttrain.config import AlgoConfig
-from posttrain.train.model import load_model
+from posttrain.config.rl import AlgoConfig
+from posttrain.core.hf import load_model
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, sequence_logprobs
 from posttrain.train.rl_update import split_minibatches, update_policy
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.train.data import check_messages, load_chat_examples, split_eval
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.errors import DataError
+from posttrain.core.errors import DataError
 from posttrain.envs.tools.parsers import get_parser
 from posttrain.tasks.registry import make_source_tasks
 from posttrain.train.data import load_chat_examples
-from posttrain.verifiers.bfcl_ast import judge
+from posttrain.domains.bfcl.ast_check import judge
 
 TRAIN = {"bfcl_simple_python": {"split": "train"}, "bfcl_multiple": {"split": "train"}}
 

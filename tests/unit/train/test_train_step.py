@@ -12,14 +12,14 @@ import pickle
 import pytest
 import torch
 
-from posttrain.config import RLConfig
+from posttrain.config.rl import RLConfig
 from posttrain.envs.rollout import rollout
-from posttrain.rollout.engine import ENGINES, SamplingParams
-from posttrain.train.model import load_model, load_tokenizer
+from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.core.hf import load_model, load_tokenizer
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.rl_batch import sequence_logprobs
 from posttrain.train.step import build_samples, train_step
-from posttrain.types import Group, Task
+from posttrain.core.types import Group, Task
 
 TASK = Task(id="t/1", domain="t", prompt=({"role": "user", "content": "Calculate 12 + 30."},), reference="42")
 

@@ -6,8 +6,8 @@ import asyncio
 
 import trimesh
 
-from posttrain.envs.base import Action, Resources, ToolCall
-from posttrain.envs.cad.env import CadEnv
+from posttrain.envs.env import Action, Resources, ToolCall
+from posttrain.domains.cad.env import CadEnv
 from posttrain.tasks.registry import make_source_tasks
 
 

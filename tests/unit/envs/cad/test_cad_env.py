@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from posttrain.envs.base import Action, Resources, ToolCall
-from posttrain.envs.cad.env import CadEnv
-from posttrain.envs.cad.levels import build
-from posttrain.envs.cad.spec import script
+from posttrain.envs.env import Action, Resources, ToolCall
+from posttrain.domains.cad.env import CadEnv
+from posttrain.domains.cad.levels import build
+from posttrain.domains.cad.spec import script
 from posttrain.envs.rollout import rollout
 from posttrain.envs.tools.parsers import get_parser
-from posttrain.rollout.engine import SamplingParams
+from posttrain.engine.protocol import SamplingParams
 from posttrain.tasks.generated import oracle_turns
 from tests.unit.envs.cad.cad_helpers import act, episode, task
 from tests.unit.envs.scripted import TurnScript

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-import posttrain.envs.cad.render as render_mod
-from posttrain.envs.cad.inspect import measure_stl
-from posttrain.envs.cad.render import render
-from posttrain.envs.cad.spec import ngon_area
-from posttrain.envs.terminal.session import shared_isolation
+import posttrain.domains.cad.render as render_mod
+from posttrain.domains.cad.inspect import measure_stl
+from posttrain.domains.cad.render import render
+from posttrain.domains.cad.spec import ngon_area
+from posttrain.domains.terminal.session import shared_isolation
 from tests.sandbox.procs import UID, processes_of
 from tests.unit.envs.cad.cad_helpers import act, episode, task
 

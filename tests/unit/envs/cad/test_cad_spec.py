@@ -8,12 +8,12 @@ import math
 import pytest
 import trimesh
 
-from posttrain.envs.cad.checks import expect, run_checks
-from posttrain.envs.cad.inspect import measure_solid, measure_stl
-from posttrain.envs.cad.levels import bolt_centres, build, sample
-from posttrain.envs.cad.render import refusal
-from posttrain.envs.cad.spec import Box, Cyl, Part, Step, gold, ngon_area
-from posttrain.errors import ConfigError
+from posttrain.domains.cad.checks import expect, run_checks
+from posttrain.domains.cad.inspect import measure_solid, measure_stl
+from posttrain.domains.cad.levels import bolt_centres, build, sample
+from posttrain.domains.cad.render import refusal
+from posttrain.domains.cad.spec import Box, Cyl, Part, Step, gold, ngon_area
+from posttrain.core.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
 from posttrain.tasks.registry import make_source_tasks
 from tests.unit.envs.cad.cad_helpers import solid_stl, stl_of

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.envs.base import Resources
-from posttrain.envs.cad.env import CadEnv
-from posttrain.envs.cad.checks import expect, own_checks, run_checks, unit_value
-from posttrain.envs.cad.inspect import measure_solid
-from posttrain.envs.cad.levels import build, sample
-from posttrain.envs.cad.spec import gold, probes_upto, script
-from posttrain.errors import ConfigError
-from posttrain.tasks.cad import subunit_step
+from posttrain.envs.env import Resources
+from posttrain.domains.cad.env import CadEnv
+from posttrain.domains.cad.checks import expect, own_checks, run_checks, unit_value
+from posttrain.domains.cad.inspect import measure_solid
+from posttrain.domains.cad.levels import build, sample
+from posttrain.domains.cad.spec import gold, probes_upto, script
+from posttrain.core.errors import ConfigError
+from posttrain.domains.cad.source import subunit_step
 from posttrain.tasks.generated import HELD_OUT_SEED
 from posttrain.tasks.registry import make_source_tasks
 from posttrain.tasks.validate import _generated_task

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from posttrain.envs.base import Action, Resources, ToolCall, make_env
-from posttrain.envs.document.env import load_report
+from posttrain.envs.env import Action, Resources, ToolCall, make_env
+from posttrain.domains.document.env import load_report
 from posttrain.tasks.registry import make_source_tasks
 
 

@@ -6,12 +6,12 @@ import asyncio
 import json
 from dataclasses import replace
 
-import posttrain.envs.document.env as denv
-from posttrain.envs.base import Action, ParseError, Resources, ToolCall, make_env
-from posttrain.envs.document.env import pages
+import posttrain.domains.document.env as denv
+from posttrain.envs.env import Action, ParseError, Resources, ToolCall, make_env
+from posttrain.domains.document.env import pages
 from posttrain.tasks.generated import oracle_turns
 from posttrain.tasks.validate import validate_generated
-from posttrain.types import Limits
+from posttrain.core.types import Limits
 from tests.unit.envs.document.helpers import answer, call, episode, gold_citations, report_of, tasks
 
 
@@ -111,8 +111,8 @@ def test_a_turn_without_calls_is_an_uncited_answer():
 def test_one_episode_through_rollout_with_the_scripted_engine(tiny_tokenizer):
     from posttrain.envs.rollout import rollout
     from posttrain.envs.tools.parsers import get_parser
-    from posttrain.rollout.engine import SamplingParams
-    from posttrain.verifiers.env_score import env_score
+    from posttrain.engine.protocol import SamplingParams
+    from posttrain.envs.score import env_score
     from tests.unit.envs.scripted import TurnScript
 
     hermes = get_parser("hermes")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from posttrain.envs.document.report import Table, _Builder, build_report
-from posttrain.envs.document.search import tokens
+from posttrain.domains.document.report import Table, _Builder, build_report
+from posttrain.domains.document.search import tokens
 
 
 def test_reports_are_deterministic_and_vary_by_seed():

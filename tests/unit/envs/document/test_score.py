@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from posttrain.envs.base import Resources, make_env
-from posttrain.envs.document.cite import PARTIAL, check_answer
+from posttrain.envs.env import Resources, make_env
+from posttrain.domains.document.cite import PARTIAL, check_answer
 from tests.unit.envs.document.helpers import gold_citations, report_of, tasks
 
 

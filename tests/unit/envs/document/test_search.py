@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from posttrain.envs.document.search import Index, Passage, format_hits, snippet, tokens
+from posttrain.domains.document.search import Index, Passage, format_hits, snippet, tokens
 from tests.unit.envs.document.helpers import report_of, tasks
 
 

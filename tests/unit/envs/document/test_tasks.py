@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from posttrain.errors import ConfigError
+from posttrain.core.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
 from tests.unit.envs.document.helpers import report_of, tasks
 

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from posttrain.envs.base import Action, ParseError, Resources, ToolCall, make_env
+from posttrain.envs.env import Action, ParseError, Resources, ToolCall, make_env
 from posttrain.envs.rollout import rollout
-from posttrain.envs.sql.env import SHOW_ROWS, fenced_sql
+from posttrain.domains.sql.env import SHOW_ROWS, fenced_sql
 from posttrain.envs.tools.parsers import get_parser
-from posttrain.rollout.engine import SamplingParams
+from posttrain.engine.protocol import SamplingParams
 from posttrain.tasks.generated import oracle_turns
 from posttrain.tasks.registry import make_source_tasks
 from tests.unit.envs.scripted import TurnScript

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from posttrain.envs.sql.executor import COUNT_CAP, HEAP_LIMIT_BYTES, QueryError, open_readonly, run_query
-from posttrain.envs.sql.schema import build_database
+from posttrain.domains.sql.executor import COUNT_CAP, HEAP_LIMIT_BYTES, QueryError, open_readonly, run_query
+from posttrain.domains.sql.schema import build_database
 
 DB = build_database(4, 5, 40)
 F = DB.table("f")

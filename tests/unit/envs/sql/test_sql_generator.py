@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from posttrain.envs.sql.compare import has_top_level_order_by
-from posttrain.envs.sql.draw import TEMPLATES, check
-from posttrain.envs.sql.executor import run_query
-from posttrain.envs.sql.questions import Names
-from posttrain.envs.sql.schema import LEVEL_TABLES, MAX_ROWS, build_database
-from posttrain.envs.sql.themes import THEMES
-from posttrain.errors import ConfigError
+from posttrain.domains.sql.compare import has_top_level_order_by
+from posttrain.domains.sql.draw import TEMPLATES, check
+from posttrain.domains.sql.executor import run_query
+from posttrain.domains.sql.questions import Names
+from posttrain.domains.sql.schema import LEVEL_TABLES, MAX_ROWS, build_database
+from posttrain.domains.sql.themes import THEMES
+from posttrain.core.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
 from posttrain.tasks.registry import make_source_tasks
 
@@ -101,7 +101,7 @@ def test_shipped_questions_pass_their_own_checks_and_order_flags_agree():
 
 
 def test_degenerate_questions_are_redrawn():
-    from posttrain.envs.sql.questions import Question
+    from posttrain.domains.sql.questions import Question
 
     db = build_database(2, 1, 40)
     f = db.table("f")

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from posttrain.envs.base import InfraError
-from posttrain.envs.sql.compare import has_top_level_order_by, rows_match, values_match
-from posttrain.envs.sql.env import score_state
-from posttrain.envs.sql.schema import build_database
+from posttrain.envs.env import InfraError
+from posttrain.domains.sql.compare import has_top_level_order_by, rows_match, values_match
+from posttrain.domains.sql.env import score_state
+from posttrain.domains.sql.schema import build_database
 from posttrain.tasks.registry import make_source_tasks
 
 

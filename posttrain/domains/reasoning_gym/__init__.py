@@ -1,0 +1,1 @@
+"""reasoning_gym."""
