@@ -39,3 +39,16 @@ def gate_failure(rows: list[dict]) -> GateError:
     parts = [f"{r['name']}: {r['model']} {r['value']:.3f} vs {r['baseline']} {r['baseline_value']:.3f} "
              f"(drop {r['drop']:.3f} > {r['max_drop']:g})" for r in rows]
     return GateError("gate failed: " + "; ".join(parts))
+
+
+def one_line(error: BaseException | str, limit: int | None = 300) -> str:
+    """An error (or any text) as one line for a message: `Type: text` with white space folded,
+    cut to `limit` characters ("..." marks the cut; None: no cut). Every module's messages use this."""
+    if isinstance(error, BaseException):
+        text = " ".join(str(error).split())
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    else:
+        text = " ".join(str(error).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
