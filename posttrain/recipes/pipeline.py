@@ -32,7 +32,8 @@ from typing import Callable
 
 from rich.console import Console
 
-from posttrain.config.rl import PipelineConfig, config_text, save_config
+from posttrain.config.base import config_text, save_config
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.core.errors import ConfigError
 from posttrain.core.fsio import write_text_atomic
 

@@ -2,14 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config.rl import (
-    EvalConfig,
-    PipelineConfig,
-    SFTConfig,
-    load_config,
-    parse_overrides,
-    save_config,
-)
+from posttrain.config.base import load_config, parse_overrides, save_config
+from posttrain.config.eval import EvalConfig
+from posttrain.config.pipeline import PipelineConfig
+from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import ConfigError
 
 

@@ -9,7 +9,8 @@ import json
 import pytest
 import yaml
 
-from posttrain.config.rl import RLConfig, config_text, load_config, validate
+from posttrain.config.base import config_text, load_config, validate
+from posttrain.config.rl import RLConfig
 from posttrain.core.errors import ConfigError, DataError
 from posttrain.tasks.mixture import build_mixture
 from posttrain.core.types import Score
