@@ -66,4 +66,4 @@ class DomainConfig(Strict):
     # the file `posttrain verify calibrate` writes. Both are checked when the task mixture is built
     # (tasks/mixture.py), which puts a file's values here, so the saved config holds the thresholds
     # the run used.
-    verifier_thresholds: dict[str, float] | str | None = None
+    verifier_thresholds: dict[str, Any] | str | None = None

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from posttrain.algos.advantages import ADVANTAGES
+from posttrain.algos.advantages import ADVANTAGES, GROUP_RELATIVE
 from posttrain.algos.kl import KL_KINDS
 from posttrain.algos.off_policy import OFF_POLICY
 from posttrain.algos.policy_loss import AGGREGATIONS, POLICY_LOSSES
@@ -205,7 +205,7 @@ class RLConfig(Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"tasks: domain {dup[0]!r} appears more than once")
-        if self.rollout.samples_per_prompt < 2 and self.algo.advantage != "reinforce_pp":
+        if self.rollout.samples_per_prompt < 2 and self.algo.advantage in GROUP_RELATIVE:
             raise ValueError(
                 f"rollout.samples_per_prompt=1 with the group-relative estimator {self.algo.advantage!r}: "
                 "use a group of at least 2 or algo.advantage=reinforce_pp"

@@ -86,7 +86,7 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def eval_models(cfg: PipelineConfig, outputs: dict[str, str]) -> list[tuple[str, str]]:
-    """(label, path) of every model the eval stage compares, in order (config_eval.PipelineEvalConfig.models)."""
+    """(label, path) of every model the eval stage compares, in order (config/eval.py PipelineEvalConfig.models)."""
     trained = [s for s in ("sft", "dpo", "rl") if s in cfg.stages]
     start = getattr(cfg, trained[0]).model.path if trained else None
     names = cfg.eval.models

@@ -82,7 +82,7 @@ def test_shipped_real_model_recipe_loads_and_points_where_make_puts_the_model():
 
     from posttrain.recipes.pipeline import eval_models, resolve, stage_outputs
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     cfg = resolve(load_config(PipelineConfig, str(root / "configs" / "smollm2-rl.yaml"), []))
     smol = re.search(r"^SMOL \?= (\S+)$", (root / "Makefile").read_text(), re.M).group(1)
     assert cfg.rl.model.path == smol and cfg.rl.model.lora is not None
