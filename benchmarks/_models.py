@@ -53,7 +53,8 @@ def _config_path(config: str | os.PathLike | None) -> Path:
 
 def _pipeline(config: str | os.PathLike | None):
     """The config's base + SFT stages, base uncapped, sharing the repo's base cache."""
-    from posttrain.config.rl import PipelineConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.pipeline import PipelineConfig
 
     cfg = load_config(PipelineConfig, _config_path(config))
     cfg.stages = ["base", "sft"]
@@ -156,7 +157,7 @@ def random_model(config: str | os.PathLike | None = None, seed: int = 0):
 def task_options(config: str | os.PathLike | None, model: str, domains) -> dict[str, dict]:
     """Per-domain reasoning-gym options from the config's top-level task_options; warns when the model's own run
     config (MODEL/../../config.yaml, as the pipeline writes it) trained on other options."""
-    from posttrain.config.rl import read_yaml
+    from posttrain.config.base import read_yaml
     from posttrain.core.errors import ConfigError
 
     path = _config_path(config)

@@ -181,7 +181,7 @@ class OursSide:
     """Our DPO step (recipes/dpo.PairStep) on our own copy of the model; `run_round` trains `steps` steps."""
 
     def __init__(self, model_dir: str, raw: list[tuple], steps: int, pad_id: int, out_dir: str):
-        from posttrain.config.rl import ModelConfig, OptimConfig
+        from posttrain.config.common import ModelConfig, OptimConfig
         from posttrain.config.pref import DPOConfig, PrefAlgoConfig, PrefTrainConfig
         from posttrain.recipes.dpo import PairStep, logps_of, pair_items
         from posttrain.recipes.pref_loop import epoch_batches

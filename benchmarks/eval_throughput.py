@@ -181,7 +181,7 @@ def main() -> None:
 
 
 def measure(args, weights: list[str]) -> dict:
-    from posttrain.config.rl import EvalConfig
+    from posttrain.config.eval import EvalConfig
     from posttrain.envs.single_turn import prompt_ids
     from posttrain.eval.run import build_engine, stop_ids
     from posttrain.eval.sources import load_spec

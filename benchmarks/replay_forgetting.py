@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT, _config_path, sft_model, task_options  # noqa: E402
 
 from posttrain.checkpoint import latest_checkpoint  # noqa: E402
-from posttrain.config.rl import DomainConfig, PipelineConfig, load_config  # noqa: E402
+from posttrain.config.base import load_config  # noqa: E402
+from posttrain.config.common import DomainConfig
+from posttrain.config.pipeline import PipelineConfig
 
 console = Console(stderr=True, highlight=False)
 RATIOS = (0.0, 0.3, 0.5)

@@ -45,9 +45,11 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from posttrain.config.rl import (  # noqa: E402
-    DomainConfig, DynamicSamplingConfig, EvalConfig, LoggingConfig, ModelConfig, OptimConfig, RLConfig,
-    RLTrainConfig, RolloutConfig, TemperatureConfig)
+from posttrain.config.common import DomainConfig, LoggingConfig, ModelConfig, OptimConfig
+from posttrain.config.eval import EvalConfig
+from posttrain.config.rl import (
+    DynamicSamplingConfig, RLConfig, RLTrainConfig, RolloutConfig, TemperatureConfig,
+)
 from posttrain.core.errors import PosttrainError  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

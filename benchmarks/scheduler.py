@@ -276,7 +276,8 @@ def run_fifo(engine, tok, clock, args, stop_ids) -> dict:
 
 
 def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
-    from posttrain.config.rl import RLConfig, validate
+    from posttrain.config.base import validate
+    from posttrain.config.rl import RLConfig
     from posttrain.rl.collect import Scheduler
     from posttrain.rl.scoring import StepContext
     from posttrain.tasks.mixture import Mixture

@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5.x re
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from posttrain.config.rl import OptimConfig  # noqa: E402
+from posttrain.config.common import OptimConfig  # noqa: E402
 from posttrain.recipes.sft import train_step  # noqa: E402
 from posttrain.train.optim import build_optimizer, build_scheduler  # noqa: E402
 from posttrain.train.packing import IGNORE, TokenizedExample, build_microbatches  # noqa: E402

@@ -59,7 +59,8 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue each stage from its newest complete checkpoint."),
 ) -> None:
     """Run a pipeline of stages (base, sft, rm, dpo, rl, eval, report) from one config."""
-    from posttrain.config.rl import PipelineConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.pipeline import PipelineConfig
 
     path, rest = _split(config, overrides)
     cfg = load_config(PipelineConfig, path, rest)
@@ -76,7 +77,8 @@ def base(
     out: Optional[str] = typer.Option(None, "--out", help="Directory for the base model (overrides out_dir)."),
 ) -> None:
     """Build the embedded default base model: local tokenizer + tiny HF model pretrained on CPU."""
-    from posttrain.config.rl import BaseConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.pipeline import BaseConfig
 
     path, rest = _split(config, overrides)
     if out is not None:
@@ -92,7 +94,7 @@ def _train(section: str, recipe: str, label: str, config, overrides, resume: boo
     """Load the `section` config class (module.Class), apply --skip-bad-lines, run the recipe."""
     import importlib
 
-    from posttrain.config.rl import load_config
+    from posttrain.config.base import load_config
 
     module, _, name = section.rpartition(".")
     path, rest = _split(config, overrides)
@@ -111,7 +113,7 @@ SkipOpt = typer.Option(False, "--skip-bad-lines", help="Count and report bad dat
 def sft(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
         resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Supervised fine-tuning on chat data, with sequence packing."""
-    _train("posttrain.config.rl.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
+    _train("posttrain.config.sft.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
@@ -135,7 +137,8 @@ def rl(
     resume: bool = typer.Option(False, "--resume", help="Continue exactly from the newest complete checkpoint."),
 ) -> None:
     """Reinforcement learning with verifiable rewards (GRPO, Dr. GRPO, RLOO, REINFORCE++)."""
-    from posttrain.config.rl import RLConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.rl import RLConfig
 
     path, rest = _split(config, overrides)
     cfg = load_config(RLConfig, path, rest)
@@ -168,7 +171,8 @@ def eval_(
     if suite is not None:
         _eval_suite(path or DEFAULT_SUITES, rest, suite, models, list(label or []), out, engine, samples, n, tasks)
         return
-    from posttrain.config.rl import EvalConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.eval import EvalConfig
 
     if len(models) > 1 or label:
         raise ConfigError("eval: several --model (and --label) need --suite NAME; without it, give one --model")

@@ -23,7 +23,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posttrain.config.rl import AlgoConfig, RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import AlgoConfig, RLConfig
 from posttrain.engine.paged import quant
 from posttrain.train.rl_batch import Sample, build_rl_microbatches, gather_logprobs, sequence_logprobs, token_logits
 from posttrain.train.rl_update import corrected_old_and_weights, update_policy

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from posttrain.config.eval import Strict
+from posttrain.config.base import Strict
 
 
 class WeightSyncConfig(Strict):

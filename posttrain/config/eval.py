@@ -10,18 +10,16 @@
 A suite is what `posttrain eval --suite NAME` runs on one or several models (eval/suites.py); the
 training recipes evaluate every suite before the first update and every `eval_every` steps
 (eval/in_loop.py); a gate compares a metric against the starting model's (training) or the
-baseline model's (a pipeline's eval stage). Loaded through posttrain/config/rl.py like every section.
+baseline model's (a pipeline's eval stage). Loaded through posttrain/config/base.py like every section.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from posttrain.config.base import Strict
 
 
 TaskSpec = str | list[str | dict[str, Any]]  # "a:10,b" or [a:10, {name: b, n: 5, options: {...}}]

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from posttrain.config.rl import DomainConfig, LoggingConfig, ModelConfig, OptimConfig
-from posttrain.config.eval import Strict
+from posttrain.config.base import Strict
+from posttrain.config.common import DomainConfig, LoggingConfig, ModelConfig, OptimConfig
 
 
 class PrefDataConfig(Strict):
@@ -118,12 +118,3 @@ class DPOConfig(Strict):
     # log_every steps, vs step 0) raises the "both fall" alert: the margin grows by pushing both down
     alert_both_fall: float = Field(5.0, gt=0)
     logging: LoggingConfig = LoggingConfig()
-
-
-def _resolve_pipeline() -> None:
-    from posttrain.config import rl as config
-
-    config.PipelineConfig.model_rebuild(_types_namespace={"RMConfig": RMConfig, "DPOConfig": DPOConfig})
-
-
-_resolve_pipeline()

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from posttrain.config.eval import Strict as _Strict
+from posttrain.config.base import Strict as _Strict
 
 
 class CurriculumConfig(_Strict):

@@ -37,7 +37,7 @@ COMPARE_FILE = "compare.json"
 def load_suites(path: str | Path, overrides: Sequence[str] = ()) -> tuple[dict[str, SuiteConfig], list[GateConfig]]:
     """The suites (and gates) of a YAML file: top-level `suites:` / `gates:`, or under `eval:`;
     dotted overrides (`suites.general.n=10`) apply on top."""
-    from posttrain.config.rl import deep_merge, parse_overrides, read_yaml, validate
+    from posttrain.config.base import deep_merge, parse_overrides, read_yaml, validate
     from posttrain.config.eval import EvalSection
 
     raw = read_yaml(path)

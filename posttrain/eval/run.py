@@ -34,7 +34,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.config.rl import EvalConfig
+from posttrain.config.eval import EvalConfig
 from posttrain.core.errors import ConfigError
 from posttrain.eval.analyses import run_analyses
 from posttrain.eval.sources import load_spec, parse_spec

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain.config.rl import BaseConfig, save_config
+from posttrain.config.base import save_config
+from posttrain.config.pipeline import BaseConfig
 from posttrain.core.errors import ConfigError, PosttrainError
 from posttrain.core.fsio import replace_dir
 from posttrain.domains.reasoning_gym.source import EVAL_SEED_START, check_domain, split_count, training_tasks

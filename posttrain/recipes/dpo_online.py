@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config.rl import save_config
+from posttrain.config.base import save_config
 from posttrain.config.pref import DPOConfig
 from posttrain.eval.run import CORRECT, stop_ids
 from posttrain.recipes.dpo import BothFallAlert, PairStep, logps_of

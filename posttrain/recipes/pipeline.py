@@ -32,7 +32,8 @@ from typing import Callable
 
 from rich.console import Console
 
-from posttrain.config.rl import PipelineConfig, config_text, save_config
+from posttrain.config.base import config_text, save_config
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.core.errors import ConfigError
 from posttrain.core.fsio import write_text_atomic
 
@@ -85,7 +86,7 @@ def resolve(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def eval_models(cfg: PipelineConfig, outputs: dict[str, str]) -> list[tuple[str, str]]:
-    """(label, path) of every model the eval stage compares, in order (config_eval.PipelineEvalConfig.models)."""
+    """(label, path) of every model the eval stage compares, in order (config/eval.py PipelineEvalConfig.models)."""
     trained = [s for s in ("sft", "dpo", "rl") if s in cfg.stages]
     start = getattr(cfg, trained[0]).model.path if trained else None
     names = cfg.eval.models

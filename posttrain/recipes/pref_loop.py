@@ -28,7 +28,7 @@ import torch
 from rich.console import Console
 
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config.rl import save_config
+from posttrain.config.base import save_config
 from posttrain.core.errors import CheckpointError, DataError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar

@@ -44,7 +44,8 @@ from rich.console import Console
 from posttrain.algos.temperature import temperature_at
 from posttrain.rl.buffer import ReplayBuffer
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
-from posttrain.config.rl import RLConfig, save_config
+from posttrain.config.base import save_config
+from posttrain.config.rl import RLConfig
 from posttrain.core.errors import CheckpointError, gate_failure
 from posttrain.eval.run import stop_ids
 from posttrain.eval.in_loop import SuiteEvals

@@ -359,8 +359,16 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
     """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set;
     `verifiers`, when set, replace the ones the domain's tasks name; `verifier_thresholds` set
     their pass thresholds)."""
+    from posttrain.verifiers.calibrate import resolve_thresholds
+
     sources: list[Source] = []
     for d in domains:
+        if d.verifier_thresholds is not None:  # checked (a file: read) here, and the values put back into
+            where = f"domain {d.name!r}: verifier_thresholds"  # the config, so the saved config holds them
+            try:
+                d.verifier_thresholds = resolve_thresholds(d.verifier_thresholds, where)
+            except ConfigError as e:
+                raise ConfigError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
         elif is_generated(d.name):

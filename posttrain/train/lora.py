@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from posttrain.config.rl import LoraConfig
+from posttrain.config.common import LoraConfig
 from posttrain.core.errors import ConfigError
 
 

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from posttrain.config.rl import OptimConfig
+from posttrain.config.common import OptimConfig
 
 
 def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:

@@ -54,7 +54,8 @@ def test_resume_at_a_data_epoch_boundary_trains_the_remaining_steps(tmp_path, ti
     import json
     import shutil
 
-    from posttrain.config.rl import RLConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.rl import RLConfig
     from posttrain.recipes import rl
 
     steps, train_tasks = 6, 8

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config.rl import BaseConfig
+from posttrain.config.pipeline import BaseConfig
 from posttrain.core.errors import ConfigError
 from posttrain.recipes import base
 from posttrain.domains.reasoning_gym.source import EVAL_SEED_START, make_tasks

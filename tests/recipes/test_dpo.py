@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from posttrain.checkpoint import list_checkpoints
-from posttrain.config.rl import load_config
+from posttrain.config.base import load_config
 from posttrain.config.pref import DPOConfig
 from posttrain.core.errors import DataError
 from posttrain.recipes import dpo

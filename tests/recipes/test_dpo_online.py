@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.config.pref import DPOConfig, RMConfig
 from posttrain.recipes import dpo, rl, rm
 from posttrain.telemetry.metrics import read_metrics

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from posttrain.config.rl import EvalConfig
+from posttrain.config.eval import EvalConfig
 from posttrain.core.errors import ConfigError
 from posttrain.eval import run as harness
 from posttrain.eval.sources import load_file

@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from posttrain.config.rl import EvalConfig
+from posttrain.config.eval import EvalConfig
 from posttrain.eval import run as harness
 from posttrain.eval.compare_models import load_suites, run_suite
 

@@ -10,7 +10,8 @@ import shutil
 import yaml
 
 from posttrain.checkpoint import list_checkpoints
-from posttrain.config.rl import PipelineConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.recipes import pipeline
 from posttrain.telemetry.metrics import read_metrics
 from tests.recipes.rl_toy import write_tasks  # noqa: F401  (registers the toy verifier)

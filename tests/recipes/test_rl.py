@@ -15,7 +15,8 @@ import torch
 
 from posttrain.rl.buffer import ReplayBuffer
 from posttrain.checkpoint import latest_checkpoint, list_checkpoints
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.core.errors import ConfigError, TrainingError
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics

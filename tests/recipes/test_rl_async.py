@@ -13,7 +13,8 @@ import torch
 
 from posttrain.algos.temperature import temperature_at
 from posttrain.rl.buffer import ReplayBuffer
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.eval.run import stop_ids
 from posttrain.recipes import rl
 from posttrain.engine.protocol import ENGINES

@@ -8,7 +8,8 @@ import json
 import subprocess
 import sys
 
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
 from posttrain.core.types import Score

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from posttrain.checkpoint import latest_checkpoint
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
 from posttrain.core.hf import load_model

@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from posttrain.checkpoint import latest_checkpoint
-from posttrain.config.rl import RLConfig, SFTConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
+from posttrain.config.sft import SFTConfig
 from posttrain.config.eval import EvalConfig
 from posttrain.core.errors import GateError
 from posttrain.eval import run as harness

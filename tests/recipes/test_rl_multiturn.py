@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from posttrain.config.rl import RLConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.rl import RLConfig
 from posttrain.recipes import rl
 from posttrain.tasks.registry import SOURCES, register_source
 from posttrain.telemetry.metrics import read_metrics

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from posttrain.config.rl import load_config
+from posttrain.config.base import load_config
 from posttrain.config.pref import RMConfig
 from posttrain.recipes import rm
 from posttrain.tasks.preferences import make_preferences

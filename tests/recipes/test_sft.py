@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from posttrain.checkpoint import list_checkpoints
-from posttrain.config.rl import SFTConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import ConfigError
 from posttrain.telemetry.metrics import read_metrics
 from posttrain.core.hf import load_model, load_model_and_tokenizer
@@ -157,7 +158,7 @@ def test_lora_changes_only_adapted_layers_and_merges(tmp_path, tiny_model_dir):
 
 
 def test_nonfinite_loss_skips_the_update(tiny_model_dir, tiny_tokenizer):
-    from posttrain.config.rl import OptimConfig
+    from posttrain.config.common import OptimConfig
     from posttrain.recipes.sft import train_step
     from posttrain.train.optim import build_optimizer
     from posttrain.train.packing import build_microbatches, tokenize_examples

@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from posttrain import checkpoint as ck
 from posttrain.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from posttrain.config.rl import SFTConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import CheckpointError
 
 STEPS_BEFORE, STEPS_AFTER = 3, 3

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config.rl import PipelineConfig, load_config
+from posttrain.config.base import load_config
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.core.errors import ConfigError
 from posttrain.recipes.pipeline import eval_models, resolve, stage_outputs
 

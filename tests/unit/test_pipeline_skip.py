@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shutil
 
-from posttrain.config.rl import SFTConfig, save_config
+from posttrain.config.base import save_config
+from posttrain.config.sft import SFTConfig
 from posttrain.recipes.pipeline import finished_with, mark_finished
 
 

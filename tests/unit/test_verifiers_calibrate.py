@@ -9,7 +9,8 @@ import json
 import pytest
 import yaml
 
-from posttrain.config.rl import RLConfig, config_text, load_config, validate
+from posttrain.config.base import config_text, load_config, validate
+from posttrain.config.rl import RLConfig
 from posttrain.core.errors import ConfigError, DataError
 from posttrain.tasks.mixture import build_mixture
 from posttrain.core.types import Score
@@ -79,7 +80,9 @@ def test_the_loop_closes_calibrate_file_config_mixture_task_score(tmp_path):
     calibrate(tmp_path, labels_file(tmp_path / "labels.jsonl"))
     domain = {"name": "chain_sum", "verifiers": ["numeric", "math"], "combine": "all", "eval_tasks": 2}
     cfg = validate(RLConfig, {"tasks": [{**domain, "verifier_thresholds": str(tmp_path / THRESHOLDS_FILE)}]})
-    assert cfg.tasks[0].verifier_thresholds == {"math": 0.8}  # the path was read into its values
+    assert cfg.tasks[0].verifier_thresholds == str(tmp_path / THRESHOLDS_FILE)  # config is data: the path
+    build_mixture(cfg.tasks, task_seed=500_000, seed=0)
+    assert cfg.tasks[0].verifier_thresholds == {"math": 0.8}  # building the mixture read the file into its values
     # the saved config holds the values, and loads back to the same thresholds without the file
     (tmp_path / THRESHOLDS_FILE).unlink()
     saved = tmp_path / "config.yaml"
@@ -115,15 +118,24 @@ def test_check_thresholds_accepts_numbers_in_range():
     ({"math": True}, "threshold 'math' must be a number in [0, 1], got True"),
     ({"math": float("nan")}, "threshold 'math' must be a number in [0, 1], got nan"),
     ({"math": None}, "threshold 'math' must be a number in [0, 1], got None"),
-    ([0.5], "expected a mapping of verifier name -> threshold, got list"),
 ])
 def test_inline_thresholds_errors_name_the_key(value, message):
+    """Thresholds are checked where the mixture is built (the config stays data)."""
     data = {"tasks": [{"name": "chain_sum", "verifier_thresholds": value}]}
     with pytest.raises(ConfigError) as e:
-        validate(RLConfig, data, source="rl.yaml")
+        build(data)
     text = str(e.value)
-    assert text.startswith("rl.yaml: tasks.0: verifier_thresholds: ") and message in text
+    assert text.startswith("domain 'chain_sum': verifier_thresholds: ") and message in text
     assert "\n" not in text
+
+
+def build(data):
+    return build_mixture(validate(RLConfig, data, source="rl.yaml").tasks, task_seed=500_000, seed=0)
+
+
+def test_thresholds_of_the_wrong_type_fail_at_config_load():
+    with pytest.raises(ConfigError, match=r"^rl.yaml: tasks.0.verifier_thresholds"):
+        validate(RLConfig, {"tasks": [{"name": "chain_sum", "verifier_thresholds": [0.5]}]}, source="rl.yaml")
 
 
 def test_a_thresholds_file_for_an_unknown_verifier_names_file_and_verifier(tmp_path):
@@ -132,11 +144,11 @@ def test_a_thresholds_file_for_an_unknown_verifier_names_file_and_verifier(tmp_p
     cfg = tmp_path / "rl.yaml"
     cfg.write_text(yaml.safe_dump({"tasks": [{"name": "chain_sum", "verifier_thresholds": str(f)}]}))
     with pytest.raises(ConfigError) as e:
-        load_config(RLConfig, cfg)
+        build_mixture(load_config(RLConfig, cfg).tasks, task_seed=500_000, seed=0)
     text = str(e.value)
     known = ", ".join(sorted(VERIFIERS))
     assert {"code", "exact", "math", "numeric", "reasoning_gym"} <= set(VERIFIERS)
-    assert text == (f"{cfg}: tasks.0: verifier_thresholds: thresholds file {f}: threshold for a verifier "
+    assert text == (f"domain 'chain_sum': verifier_thresholds: thresholds file {f}: threshold for a verifier "
                     f"that is not registered: unknown verifier 'llm_judge'; known: {known}")
     # a flat hand-written file is read the same way, and a bad value there names its key
     f.write_text(json.dumps({"math": 2}))
@@ -156,7 +168,7 @@ def test_a_missing_or_corrupt_file_names_the_file(tmp_path, content, message):
     if content is not None:
         f.write_text(content)
     with pytest.raises(ConfigError) as e:
-        validate(RLConfig, {"tasks": [{"name": "chain_sum", "verifier_thresholds": str(f)}]}, source="rl.yaml")
+        build({"tasks": [{"name": "chain_sum", "verifier_thresholds": str(f)}]})
     text = str(e.value)
-    assert text.startswith("rl.yaml: tasks.0: verifier_thresholds: ") and message.format(f=f) in text
+    assert text.startswith("domain 'chain_sum': verifier_thresholds: ") and message.format(f=f) in text
     assert "\n" not in text

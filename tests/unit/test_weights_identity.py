@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from posttrain.config.rl import LoraConfig
+from posttrain.config.common import LoraConfig
 from posttrain.train.lora import apply_lora, is_lora, merge_lora
 from posttrain.core.hf import load_model
 from posttrain.train.weights import engine_state_dict, model_identity

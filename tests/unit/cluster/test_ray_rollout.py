@@ -119,7 +119,8 @@ def test_a_worker_killed_mid_batch_is_replaced_on_the_latest_weights_and_only_it
 def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_model_dir, tiny_tokenizer, batch):
     from posttrain.scale import install_sandbox_for, make_engine_for
     from posttrain.scale.engine import RayEngine
-    from posttrain.config.rl import RLConfig, load_config
+    from posttrain.config.base import load_config
+    from posttrain.config.rl import RLConfig
     from posttrain.engine.paged import PagedEngine
 
     base = [f"model.path={tiny_model_dir}", "rollout.engine=paged", "model.dtype=float32"]

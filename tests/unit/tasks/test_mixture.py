@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from posttrain.config.rl import DomainConfig
+from posttrain.config.common import DomainConfig
 from posttrain.core.errors import ConfigError
 from posttrain.domains.reasoning_gym import source as rg
 from posttrain.tasks.mixture import GymSource, jsonl_source, Mixture, build_mixture
@@ -182,7 +182,7 @@ def test_empty_mixture_is_config_error():
 
 
 def test_domain_verifiers_override_what_tasks_name():
-    from posttrain.config.rl import DomainConfig
+    from posttrain.config.common import DomainConfig
     from posttrain.core.errors import ConfigError
     from posttrain.tasks.mixture import build_mixture
 
@@ -200,7 +200,7 @@ def test_domain_verifiers_override_what_tasks_name():
 
 
 def test_eval_tasks_beyond_the_holdout_are_refused():
-    from posttrain.config.rl import DomainConfig
+    from posttrain.config.common import DomainConfig
     from posttrain.core.errors import ConfigError
     from posttrain.tasks.mixture import build_mixture
     from posttrain.domains.reasoning_gym.source import HOLDOUT
@@ -215,7 +215,7 @@ def test_eval_tasks_beyond_the_holdout_are_refused():
 
 
 def test_domain_verifier_options_and_combine_rule_reach_every_task_and_its_score():
-    from posttrain.config.rl import DomainConfig
+    from posttrain.config.common import DomainConfig
     from posttrain.tasks.mixture import build_mixture
     from posttrain.core.types import Score
     from posttrain.verifiers import task_score, verifier_options

@@ -158,7 +158,7 @@ def test_the_quickstart_numeric_verifier_still_scores_arithmetic():
 
 
 def test_a_domains_credit_option_in_the_config_reaches_its_tasks():
-    from posttrain.config.rl import DomainConfig
+    from posttrain.config.common import DomainConfig
     from posttrain.tasks.mixture import build_mixture
 
     mix = build_mixture([DomainConfig(name="basic_arithmetic", eval_tasks=4, holdout=50,

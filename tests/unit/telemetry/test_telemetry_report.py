@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config.rl import BaseConfig, PipelineConfig, SFTConfig, save_config
+from posttrain.config.base import save_config
+from posttrain.config.pipeline import BaseConfig, PipelineConfig
+from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import PosttrainError
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.plots import grouped_bar_plot, line_plot

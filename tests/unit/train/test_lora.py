@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.config.rl import LoraConfig
+from posttrain.config.common import LoraConfig
 from posttrain.core.errors import ConfigError
 from posttrain.train.lora import apply_lora, is_lora, merge_lora, trainable_parameters
 from posttrain.core.hf import load_model

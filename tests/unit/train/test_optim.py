@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posttrain.config.rl import OptimConfig
+from posttrain.config.common import OptimConfig
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm, lr_factor
 
 

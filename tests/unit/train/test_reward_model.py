@@ -165,7 +165,7 @@ def test_architecture_without_sequence_classification(tmp_path):
 
 def test_lora_wrapped_rm(tiny_model_dir):
     """posttrain rm with model.lora: PEFT adapters, the score head trained in full beside them."""
-    from posttrain.config.rl import LoraConfig
+    from posttrain.config.common import LoraConfig
     from posttrain.train.lora import apply_lora
 
     base = reward_model_from_causal_lm(tiny_model_dir, dtype="float32", device=CPU, seed=0)

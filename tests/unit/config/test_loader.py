@@ -2,14 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config.rl import (
-    EvalConfig,
-    PipelineConfig,
-    SFTConfig,
-    load_config,
-    parse_overrides,
-    save_config,
-)
+from posttrain.config.base import load_config, parse_overrides, save_config
+from posttrain.config.eval import EvalConfig
+from posttrain.config.pipeline import PipelineConfig
+from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import ConfigError
 
 
@@ -86,7 +82,7 @@ def test_shipped_real_model_recipe_loads_and_points_where_make_puts_the_model():
 
     from posttrain.recipes.pipeline import eval_models, resolve, stage_outputs
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     cfg = resolve(load_config(PipelineConfig, str(root / "configs" / "smollm2-rl.yaml"), []))
     smol = re.search(r"^SMOL \?= (\S+)$", (root / "Makefile").read_text(), re.M).group(1)
     assert cfg.rl.model.path == smol and cfg.rl.model.lora is not None
