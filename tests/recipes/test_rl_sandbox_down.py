@@ -9,7 +9,7 @@ import socket
 from posttrain.config.rl import RLConfig, load_config
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.verifiers.code import set_sandbox
+from posttrain.sandbox.default import set_sandbox
 from tests.recipes.rl_toy import overrides
 
 
