@@ -37,14 +37,26 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
 from posttrain.sandbox import RunRequest, Sandbox
 from posttrain.sandbox.default import get_sandbox
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.harness import JUDGE, RUNNER
 from posttrain.verifiers.options import verifier_options
 
 VERDICT = "POSTTRAIN-VERDICT "
+_HARNESS = Path(__file__).parent / "harness"  # plain files read as text, never imported
+
+
+def _program(*names: str) -> str:
+    return "\n\n".join((_HARNESS / name).read_text() for name in names)
+
+
+# the two programs sent into the sandbox, as source text: JUDGE (trusted: runs the tests, authenticates
+# the verdict; judge.py first makes itself non-dumpable and cleans sys.path) and RUNNER (untrusted:
+# runs the solution); both hold codec.py, the value codec they share
+JUDGE = _program("judge.py", "codec.py", "judge_stdio.py") + "\n\nmain()\n"
+RUNNER = _program("codec.py", "runner.py")
 CODE_MAX_TOKENS = 512  # a HumanEval function body needs more room than the 256-token default limit
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 

@@ -6,7 +6,6 @@ Importing this package registers them by name (nothing heavy is imported).
 """
 
 from posttrain.envs.env import register_env
-from posttrain.tasks.registry import register_source  # noqa: F401  (source.py registers with it)
 from posttrain.verifiers.registry import register
 
 register_env("bfcl", "posttrain.domains.bfcl.env:BfclEnv")

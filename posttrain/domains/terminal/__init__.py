@@ -10,7 +10,8 @@ unforgeable scoring; harness/runner.py the trusted test runner inside the sandbo
 """
 
 from posttrain.envs.env import register_env
+from posttrain.tasks.registry import register_source
 
 register_env("terminal", "posttrain.domains.terminal.env:TerminalEnv")
-
-from posttrain.domains.terminal import source  # noqa: E402,F401  (registers the `terminal` source)
+register_source("terminal", "posttrain.domains.terminal.source:terminal",
+                description="terminal tasks: a shell in the bubblewrap sandbox, scored by its tests")
