@@ -53,7 +53,7 @@ def test_audit_scorers_command_checks_against_the_checked_in_data():
     from typer.testing import CliRunner
 
     from posttrain.core.errors import ConfigError
-    from posttrain.tasks.cli import app
+    from posttrain.cli.tasks import app
 
     ok = CliRunner().invoke(app, ["audit-scorers", "--domains", "chain_sum,gcd", "--check"])
     assert ok.exit_code == 0, ok.output
