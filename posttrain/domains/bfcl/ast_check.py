@@ -5,7 +5,7 @@
     # as a verifier: a Task of a bfcl_* source names ("bfcl_ast",); its reference holds category, functions, answer
 
 The rules are those of BFCL v4's `ast_checker` for the Python categories (read, not imported), with
-the same verdict and error type on every input (tests/unit/test_bfcl_ast.py proves it against the
+the same verdict and error type on every input (tests/unit/domains/bfcl/test_bfcl_ast.py proves it against the
 reference, run in a subprocess):
 - function name: the doc's name with "." -> "_" (BFCL's function-calling handlers rename tools so;
   reference["dots"] True keeps dots);

@@ -13,7 +13,8 @@ from posttrain.config.sched import CurriculumConfig
 from posttrain.core.errors import ConfigError
 from posttrain.rl.curriculum import make_curriculum
 from posttrain.domains.reasoning_gym import source as rg
-from posttrain.tasks.mixture import GeneratedSource, GymSource, Mixture, registry_source
+from posttrain.domains.reasoning_gym.mixture import GymSource
+from posttrain.tasks.mixture import GeneratedSource, Mixture, registry_source
 from posttrain.tasks.registry import make_source_tasks
 
 ARITH = "basic_arithmetic"

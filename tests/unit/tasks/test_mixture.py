@@ -11,7 +11,8 @@ import pytest
 from posttrain.config.rl import DomainConfig
 from posttrain.core.errors import ConfigError
 from posttrain.domains.reasoning_gym import source as rg
-from posttrain.tasks.mixture import GymSource, jsonl_source, Mixture, build_mixture
+from posttrain.domains.reasoning_gym.mixture import GymSource
+from posttrain.tasks.mixture import jsonl_source, Mixture, build_mixture
 
 # A small problem space (two 1-2 digit terms): questions repeat across seeds, so held-out
 # eval questions really do turn up among the training seeds and must be skipped.
