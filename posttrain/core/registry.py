@@ -91,9 +91,7 @@ class Registry(MutableMapping):
         line += f" (did you mean {', '.join(close)}?)" if close else ""
         if not domains_loaded():
             line += "; posttrain.domains was not loaded (import posttrain.domains; load_domains())"
-        elif not close:
-            line += f"; known: {', '.join(sorted(self._entries))}"
-        return line
+        return line + f"; known: {', '.join(sorted(self._entries))}"
 
     def names(self) -> list[str]:
         return sorted(self._entries)

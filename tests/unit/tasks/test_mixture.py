@@ -71,7 +71,7 @@ def test_gym_source_never_reaches_eval_seeds():
 def test_unknown_gym_domain_lists_valid_names():
     with pytest.raises(ConfigError) as e:
         build_mixture([DomainConfig(name="chain_sums")], task_seed=0, seed=0)
-    assert "unknown reasoning-gym domain 'chain_sums'" in str(e.value)
+    assert "unknown task domain 'chain_sums'" in str(e.value)
     assert "did you mean chain_sum" in str(e.value)
 
 
