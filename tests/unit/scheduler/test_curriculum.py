@@ -209,7 +209,7 @@ def test_levels_that_do_not_build_cap_max_level_or_fail_at_build_time():
 
 
 def test_a_terminal_dir_without_harder_tasks_caps_its_levels(tmp_path):
-    from tests.unit.tasks.test_terminal_task import TOML, write_task
+    from tests.unit.domains.terminal.test_terminal_task import TOML, write_task
 
     write_task(tmp_path, name="alpha", toml=TOML.replace('"medium"', '"easy"'))
     write_task(tmp_path, name="beta", toml=TOML.replace('"medium"', '"easy"'))
