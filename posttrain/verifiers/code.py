@@ -33,7 +33,6 @@ import ast
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 from dataclasses import dataclass
