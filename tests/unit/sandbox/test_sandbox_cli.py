@@ -14,7 +14,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from posttrain.sandbox import cli
+from posttrain.cli import sandbox as cli
 from tests.unit.sandbox.fakes import ScriptedSandbox, SubprocessSandbox
 
 runner = CliRunner()
