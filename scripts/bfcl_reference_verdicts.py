@@ -7,7 +7,7 @@ CASES.json: a JSON list of {"category", "functions" (BFCL docs), "calls" ([[name
 "answer" (possible answers), "dots" (bool)}. Output: a JSON list, one {"valid", "error_type"} per
 case, in order ({"valid": null, "error_type": "exception:<Type>"} where the reference raises).
 
-Run it as a separate process (tests/unit/test_bfcl_ast.py does): it imports `bfcl_eval`, which our
+Run it as a separate process (tests/unit/domains/bfcl/test_bfcl_ast.py does): it imports `bfcl_eval`, which our
 own code never does. It needs only the installed `bfcl-eval` wheel (installed --no-deps): its
 ast_checker module imports enums and type maps (stdlib only) and `constants.model_config`, whose
 table of every model handler pulls in openai, anthropic and the like. That one module is replaced

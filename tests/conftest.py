@@ -16,6 +16,10 @@ import torch  # noqa: E402  (after the thread settings)
 
 torch.set_num_threads(1)
 
+from posttrain.domains import load_domains  # noqa: E402  (an entry point: every domain registers its parts)
+
+load_domains()
+
 CORPUS_SEED = 1234
 
 

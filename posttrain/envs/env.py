@@ -25,7 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
+from posttrain.core.errors import ConfigError
+from posttrain.core.registry import Registry
 from posttrain.core.types import Message, Score, Task
+from posttrain.sandbox.default import get_sandbox
 
 # why an episode ended
 STOP_REASONS = ("done", "max_turns", "max_tokens", "truncated", "timeout", "env_error", "infra_error")
@@ -104,8 +107,6 @@ class Resources:
     def sandbox(self):
         if self._sandbox is None:
             if self.sandbox_factory is None:
-                from posttrain.verifiers.code import get_sandbox
-
                 self._sandbox = get_sandbox()
             else:
                 self._sandbox = self.sandbox_factory()
@@ -131,35 +132,17 @@ class Resources:
 
 
 EnvFactory = Callable[[Resources], Env]
-ENVS: dict[str, EnvFactory] = {}
-# modules whose import registers environments
-BUILTIN_MODULES = ["posttrain.envs.single_turn", "posttrain.domains.terminal", "posttrain.domains.bfcl.env", "posttrain.domains.sql",
-                   "posttrain.domains.document", "posttrain.domains.cad"]
+# name -> factory, or "module:factory" (single_turn: envs/__init__.py; the rest: posttrain/domains/<name>/)
+ENVS = Registry("environment", error=ConfigError)
 
 
-def register_env(name: str) -> Callable[[EnvFactory], EnvFactory]:
-    def deco(factory: EnvFactory) -> EnvFactory:
-        if name in ENVS and ENVS[name] is not factory:
-            raise ValueError(f"environment {name!r} is registered twice")
-        ENVS[name] = factory
-        return factory
-
-    return deco
-
-
-def _load_builtins() -> None:
-    import importlib
-
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+def register_env(name: str, factory: EnvFactory | str | None = None):
+    """register_env(name)(factory) as a decorator, or register_env(name, factory_or_"module:factory")."""
+    return ENVS.register(name, factory)
 
 
 def make_env(name: str, resources: Resources) -> Env:
-    if name not in ENVS:
-        _load_builtins()
-    if name not in ENVS:
-        raise ValueError(f"environment {name!r} is not registered (known: {', '.join(sorted(ENVS))})")
-    return ENVS[name](resources)
+    return ENVS.get(name)(resources)
 
 
 def error_observation(kind: str, message: str, name: str = "") -> Observation:

@@ -1,4 +1,5 @@
 """The `env_score` verifier: a multi-turn task's score, re-run from its episode's saved final state.
+Registered by name by posttrain/domains/__init__.py (envs and verifiers never import each other).
 
     Task(..., env="terminal", verifiers=("env_score",))
     score = VERIFIERS["env_score"](task, traj)    # = ENVS[task.env](resources).score(task, traj.final_state)
@@ -13,12 +14,10 @@ from __future__ import annotations
 
 from posttrain.envs.env import Resources, make_env
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register
 
 _resources = Resources()
 
 
-@register("env_score")
 def env_score(task: Task, traj: Trajectory) -> Score | None:
     if traj.final_state is None:
         return None

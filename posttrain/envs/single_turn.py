@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.envs.env import Action, Resources, StepResult, register_env
+from posttrain.envs.env import Action, Resources, StepResult
 from posttrain.core.types import Message, Score, Task
 
 
@@ -60,6 +60,5 @@ class SingleTurnEnv:
         pass
 
 
-@register_env("single_turn")
 def make(resources: Resources) -> SingleTurnEnv:
     return SingleTurnEnv(resources)

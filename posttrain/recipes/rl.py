@@ -145,7 +145,7 @@ def _run(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Path:
     install_sandbox_for(cfg)
     if cfg.reward.sandbox_url:  # a remote sandbox for the code verifier (sandbox/client.py: retries, then an error)
         from posttrain.sandbox.client import RemoteSandbox
-        from posttrain.verifiers.code import set_sandbox
+        from posttrain.sandbox.default import set_sandbox
 
         set_sandbox(RemoteSandbox(cfg.reward.sandbox_url, retries=cfg.reward.sandbox_retries,
                                   backoff=cfg.reward.sandbox_backoff_s))

@@ -53,7 +53,7 @@ def cpu_share(actors: int) -> float:
 
 def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any:
     """Backend ray: a `RaySandbox` of `workers` actors becomes the sandbox the verifiers and
-    environments use (`verifiers.code.set_sandbox`), and is returned. Backend local: None (they
+    environments use (`sandbox.default.set_sandbox`), and is returned. Backend local: None (they
     keep their own LocalSandbox)."""
     if cfg.cluster.backend != "ray":
         return None
@@ -61,7 +61,7 @@ def install_sandbox_for(cfg: Any, workers: int = DEFAULT_SANDBOX_WORKERS) -> Any
 
     connect(cfg.cluster)  # before anything imports ray
     from posttrain.scale.sandbox import RaySandbox
-    from posttrain.verifiers.code import set_sandbox
+    from posttrain.sandbox.default import set_sandbox
 
     sandbox = RaySandbox(workers=workers, max_queue=256, num_cpus=cpu_share(cfg.cluster.rollout_workers + workers))
     set_sandbox(sandbox)

@@ -2,7 +2,7 @@
 
     sandbox = RaySandbox(workers=2)                       # each actor holds a LocalSandbox (bubblewrap)
     result = sandbox.run(RunRequest(code="print(1)"))     # same call and result as LocalSandbox.run
-    from posttrain.verifiers.code import set_sandbox; set_sandbox(sandbox)   # verifiers and envs use it
+    from posttrain.sandbox.default import set_sandbox; set_sandbox(sandbox)   # verifiers and envs use it
 
 Each `SandboxWorker` actor runs a `LocalSandbox` on its node (its isolation, limits and
 guarantees are the ones `posttrain/sandbox/isolation.py` states; nothing is added or lost here)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from posttrain.core.errors import DataError
 from posttrain.core.fsio import read_jsonl
-from posttrain.domains.humaneval.source import CODE_MAX_TOKENS
+from posttrain.verifiers.code import CODE_MAX_TOKENS
 from posttrain.tasks.jsonl import parse_task
-from posttrain.domains.reasoning_gym.source import INSTRUCTION
+from posttrain.verifiers.answer import INSTRUCTION
 from posttrain.core.types import Task
 
 REQUIRED = {"qa": ("question", "answer"), "code": ("prompt", "solution")}

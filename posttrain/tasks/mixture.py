@@ -18,7 +18,7 @@ keeps. Sources:
   `task_seed` upward (a cursor, like reasoning-gym's), eval tasks from its held-out test seeds.
 
 Levels (scheduler/curriculum.py): `source.set_options(options)` (or `mix.set_options(domain,
-options)`) switches what training draws from the next `take` on: GymSource's dataset config,
+options)`) switches what training draws from the next `take` on: a reasoning-gym source's dataset config (domains/reasoning_gym/mixture.py),
 GeneratedSource's options (`level`), a registered source's options (terminal: `level`). The cursor
 carries on. Eval tasks stay at the domain's configured options, so eval curves remain comparable
 across levels. A source's `state_dict` is {"cursor": n}, plus "options" while they differ from the
@@ -32,13 +32,9 @@ from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.core.errors import ConfigError
-from posttrain.domains.reasoning_gym import source as rg
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.tasks.registry import is_generated, is_source, make_source_tasks
+from posttrain.tasks.registry import FAMILIES, check_name, group_of, is_generated, is_source, make_source_tasks
 from posttrain.core.types import Task
-
-BLOCK = 64  # reasoning-gym items built at a time
-
 
 class Source(Protocol):
     domain: str
@@ -50,92 +46,7 @@ class Source(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-PROBE_BUDGET_S = 2.0  # seconds of items a domain's supply check builds at most (past its first 16)
-
-
-def supply_probe(domain: str, seed: int, options: dict[str, Any] | None) -> list[str]:
-    """Training questions the supply check looks at: 4 blocks, built 16 at a time and stopped past
-    PROBE_BUDGET_S seconds (at least 16), so building hundreds of domains takes bounded time whatever
-    a domain's items cost (their cost varies by seed and options)."""
-    import time
-
-    out: list[str] = []
-    started = time.perf_counter()
-    while len(out) < 4 * BLOCK and (len(out) < 16 or time.perf_counter() - started < PROBE_BUDGET_S):
-        out += [t.reference["question"] for t in rg.make_tasks(domain, 16, seed + len(out), config=options)]
-    return out
-
-
-class GymSource:
-    """reasoning-gym items from `task_seed` up at the current options (`train_options`), skipping the
-    questions of the first `holdout` eval items under the default options, the configured ones
-    (`options`, which eval uses) and the current ones."""
-
-    def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int, holdout: int | None = None):
-        rg.check_domain(domain)
-        # the default size (smaller for slow domains), never below the eval items asked for
-        holdout = max(rg.holdout_size(domain), n_eval) if holdout is None else holdout
-        if n_eval > holdout:  # training skips only the first `holdout` eval questions
-            raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
-                              f"training is kept away from; use eval_tasks <= {holdout}")
-        self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
-        self.holdout = holdout
-        self._base = rg.held_out_questions(domain, rg._config_key(domain, None), holdout)
-        self._held_by_key: dict[str, frozenset[str]] = {}  # config key -> questions training skips under it
-        self.cursor = 0  # raw reasoning-gym items consumed
-        self.train_options = self.options
-        self._held_out = self._held_out_for(self.options)
-
-    def _held_out_for(self, options: dict[str, Any] | None) -> frozenset[str]:
-        """Held-out questions under the default, configured and `options` configs (built once per config,
-        with a supply check: a config whose question space the holdout uses up is a ConfigError)."""
-        key = rg._config_key(self.domain, options)
-        if key not in self._held_by_key:
-            configured = rg._config_key(self.domain, self.options)
-            held = (self._base | rg.held_out_questions(self.domain, configured, self.holdout)
-                    | rg.held_out_questions(self.domain, key, self.holdout))
-            probe = supply_probe(self.domain, self.task_seed, options)
-            # a small probe (a slow domain) asks for half of it distinct: chance repeats are not a small space
-            rg.check_supply(self.domain, [q for q in probe if q not in held], len(probe), self.holdout,
-                            len(probe) if len(probe) >= 4 * BLOCK else len(probe) // 2)
-            self._held_by_key[key] = held
-        return self._held_by_key[key]
-
-    def set_options(self, options: dict[str, Any] | None) -> None:
-        """Training draws from the next `take` on use dataset config `options` (eval keeps the configured one)."""
-        options = dict(options) if options else None
-        self._held_out = self._held_out_for(options)
-        self.train_options = options
-
-    def take(self, n: int) -> list[Task]:
-        out: list[Task] = []
-        while len(out) < n:
-            start = self.task_seed + self.cursor
-            if start + BLOCK > rg.EVAL_SEED_START:
-                raise ConfigError(f"domain {self.domain!r}: training items ran into the eval seeds; lower train.task_seed")
-            block = rg.make_tasks(self.domain, BLOCK, start, config=self.train_options)
-            for task in block:
-                self.cursor = start - self.task_seed + int(task.metadata["index"]) + 1  # skipped items included
-                if task.reference["question"] not in self._held_out:
-                    out.append(task)
-                    if len(out) == n:
-                        break
-        return out
-
-    def eval_tasks(self) -> list[Task]:
-        if self.n_eval == 0:
-            return []
-        return rg.make_tasks(self.domain, self.n_eval, rg.EVAL_SEED_START, config=self.options)
-
-    def state_dict(self) -> dict[str, Any]:
-        return _state(self.cursor, self.train_options, self.options)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.set_options(state.get("options", self.options))
-        self.cursor = int(state["cursor"])
-
-
-def _state(cursor: int, current: dict[str, Any] | None, configured: dict[str, Any] | None) -> dict[str, Any]:
+def source_state(cursor: int, current: dict[str, Any] | None, configured: dict[str, Any] | None) -> dict[str, Any]:
     """A source's state: its cursor, and its current options while they differ from the configured ones."""
     if (current or None) == (configured or None):
         return {"cursor": cursor}
@@ -193,7 +104,7 @@ class ListSource:
         return list(self.held_out)
 
     def state_dict(self) -> dict[str, Any]:
-        return _state(self.cursor, self.train_options, self.options)
+        return source_state(self.cursor, self.train_options, self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_options(state.get("options", self.options))
@@ -257,7 +168,7 @@ class GeneratedSource:
         return make_source_tasks(self.domain, self.n_eval, 0, {**self.options, "split": "test"}) if self.n_eval else []
 
     def state_dict(self) -> dict[str, Any]:
-        return _state(self.cursor, self.train_options, self.options)
+        return source_state(self.cursor, self.train_options, self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_options(state.get("options", self.options))
@@ -356,7 +267,8 @@ class Rescored:
 
 
 def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
-    """A Mixture from config `DomainConfig`s (reasoning-gym by name, or JSONL when `path` is set;
+    """A Mixture from config `DomainConfig`s (a registered source, a group member such as a reasoning-gym
+    domain by name, or JSONL when `path` is set;
     `verifiers`, when set, replace the ones the domain's tasks name; `verifier_thresholds` set
     their pass thresholds)."""
     from posttrain.verifiers.calibrate import resolve_thresholds
@@ -375,8 +287,12 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
             source = GeneratedSource(d.name, dict(d.options), task_seed, d.eval_tasks)
         elif is_source(d.name):
             source = registry_source(d.name, dict(d.options), task_seed, seed, d.eval_tasks)
-        else:
-            source = GymSource(d.name, d.options, task_seed, d.eval_tasks, d.holdout)
+        else:  # a member of a group whose domain registered a source class for it (reasoning-gym)
+            family = group_of(d.name)
+            if family not in FAMILIES:
+                check_name(d.name)
+                raise ConfigError(f"domain {d.name!r} is no task source, and its group {family!r} has none")
+            source = FAMILIES.get(family)(d.name, d.options, task_seed, d.eval_tasks, d.holdout)
         custom = d.verifiers is not None or d.verifier_options or d.combine != "mean" or d.verifier_thresholds
         sources.append(Rescored(source, d.verifiers, d.verifier_options, d.combine, d.verifier_weights,
                                 d.verifier_thresholds) if custom else source)

@@ -30,6 +30,8 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
+from posttrain.core.registry import Registry
+
 EVAL_SEED_OFFSET = 1_000_000
 EVAL_SHARE = 5  # one question in EVAL_SHARE belongs to the held-out side
 
@@ -73,7 +75,7 @@ def _draw(kind: str, n: int, seed: int, pick: Callable[[random.Random], tuple]) 
     return out
 
 
-def _record(kind: str, question: str, chosen: str, rejected: str, answer: int, conversational: bool) -> dict:
+def pair_record(kind: str, question: str, chosen: str, rejected: str, answer: int, conversational: bool) -> dict:
     if conversational:
         return {"prompt": [{"role": "user", "content": question}],
                 "chosen": [{"role": "assistant", "content": chosen}],
@@ -88,7 +90,7 @@ def correct_vs_wrong(n: int, seed: int, *, conversational: bool = True) -> list[
                                                                      r.choice([-100, -10, -2, -1, 1, 2, 10, 100]))):
         s = a + b
         wrong = s + delta
-        out.append(_record("correct_vs_wrong", f"What is {a} + {b}?", f"{a} + {b} = {s}. Answer: {s}",
+        out.append(pair_record("correct_vs_wrong", f"What is {a} + {b}?", f"{a} + {b} = {s}. Answer: {s}",
                            f"{a} + {b} = {wrong}. Answer: {wrong}", s, conversational))
     return out
 
@@ -102,7 +104,7 @@ def concise_vs_rambling(n: int, seed: int, *, conversational: bool = True) -> li
         fr = random.Random(f)
         before, after = fr.sample(_FILLER, 3), fr.sample(_FILLER, 2)
         answer = f"{a} times {b} is {p}."
-        out.append(_record("concise_vs_rambling", f"What is {a} times {b}?", f"{answer} Answer: {p}",
+        out.append(pair_record("concise_vs_rambling", f"What is {a} times {b}?", f"{answer} Answer: {p}",
                            " ".join([*before, answer, *after, f"Answer: {p}"]), p, conversational))
     return out
 
@@ -117,7 +119,7 @@ def polite_vs_curt(n: int, seed: int, *, conversational: bool = True) -> list[di
         answer = f"{a} minus {b} is {d}."
         chosen = f"{fr.choice(_POLITE_OPEN)} {answer} {fr.choice(_POLITE_CLOSE)}"
         rejected = f"{answer} {fr.choice(_CURT)}"
-        out.append(_record("polite_vs_curt", f"What is {a} minus {b}?", chosen, rejected, d, conversational))
+        out.append(pair_record("polite_vs_curt", f"What is {a} minus {b}?", chosen, rejected, d, conversational))
     return out
 
 
@@ -128,51 +130,32 @@ KINDS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
-def gym_pairs(domain: str, n: int, seed: int, *, conversational: bool = True,
-              options: dict | None = None) -> list[dict]:
-    """n reasoning-gym prompts of `domain` with a correct and a wrong worked answer each."""
-    from posttrain.core.errors import ConfigError
-    from posttrain.domains.reasoning_gym.source import ANSWER_TAG, gold_completion, training_tasks
-    from posttrain.tasks.worked import wrong_steps
+# prefix -> fn(domain, n, seed, *, conversational, options): kinds "PREFIX_DOMAIN" (a domain's own pairs,
+# registered by name from its package: "gym" -> domains/reasoning_gym/pairs.py)
+FAMILIES = Registry("preference family")
 
-    if seed >= EVAL_SEED_OFFSET:
-        raise ValueError(f"gym_{domain}: reasoning-gym pairs come from training seeds only; hold out with "
-                         f"data.eval_fraction instead of a second pref: spec")
-    options = dict(options or {})
-    holdout = options.pop("holdout", None)  # held-out eval items whose questions are skipped (default: the domain's)
-    try:
-        tasks = training_tasks(domain, n, seed, config=options or None, holdout=holdout)
-    except ConfigError as e:
-        raise ValueError(str(e)) from None
-    rng = random.Random(f"gym-pref:{domain}:{seed}")
-    out = []
-    for task in tasks:
-        chosen = gold_completion(task)
-        if chosen is None:
-            raise ValueError(f"gym_{domain}: the domain has no gold answers to prefer")
-        steps, wrong = wrong_steps(domain, task.reference, rng)
-        rejected = f"{steps}\n{ANSWER_TAG} {wrong}" if steps else f"{ANSWER_TAG} {wrong}"
-        if rejected == chosen:
-            continue
-        question = task.prompt[0]["content"]
-        out.append(_record(f"gym_{domain}", question, chosen, rejected, str(task.reference.get("answer")), conversational))
-    return out
+
+def _family(kind: str) -> str | None:
+    prefix, sep, _ = kind.partition("_")
+    return prefix if sep and prefix in FAMILIES else None
 
 
 def make_preferences(kinds: list[str], n: int, seed: int, *, conversational: bool = True,
                      options: dict[str, dict] | None = None) -> list[dict]:
     """n records split evenly over `kinds` (the first kinds get one more where n does not divide), shuffled.
     `options`: reasoning-gym options per domain, for gym_DOMAIN kinds."""
-    unknown = [k for k in kinds if k not in KINDS and not k.startswith("gym_")]
+    unknown = [k for k in kinds if k not in KINDS and _family(k) is None]
     if unknown or not kinds:
         raise ValueError(f"unknown preference kind {unknown[0] if unknown else ''!r} "
-                         f"(known: {', '.join(KINDS)}, gym_DOMAIN)")
+                         f"(known: {', '.join([*KINDS, *(f + '_DOMAIN' for f in FAMILIES)])})")
     out = []
     for i, kind in enumerate(kinds):
         count = n // len(kinds) + (i < n % len(kinds))
-        if kind.startswith("gym_"):
-            domain = kind[4:]
-            out += gym_pairs(domain, count, seed, conversational=conversational, options=(options or {}).get(domain))
+        family = None if kind in KINDS else _family(kind)
+        if family is not None:
+            domain = kind[len(family) + 1:]
+            out += FAMILIES.get(family)(domain, count, seed, conversational=conversational,
+                                        options=(options or {}).get(domain))
         else:
             out += KINDS[kind](count, seed, conversational=conversational)
     random.Random(f"mix:{seed}").shuffle(out)

@@ -1,4 +1,4 @@
-"""Built-in verifiers: reasoning-gym's own scorer, exact match and numeric match.
+"""Built-in verifiers: exact match and numeric match.
 
 All read the answer from the completion's last `Answer:` line (else its last non-empty line),
 the format every posttrain prompt asks for.
@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 import re
 
-from posttrain.domains.reasoning_gym import source as rg
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register
+from posttrain.verifiers.answer import extract_answer
 
 
 def _normalise(text: str) -> str:
@@ -27,17 +26,11 @@ def _gold(task: Task) -> str | None:
     return None if ref is None else str(ref)
 
 
-@register("reasoning_gym")
-def reasoning_gym(task: Task, traj: Trajectory) -> Score:
-    return Score(rg.score(task, traj.text), "reasoning_gym")
-
-
-@register("exact")
 def exact(task: Task, traj: Trajectory) -> Score | None:
     gold = _gold(task)
     if gold is None:
         return None
-    answer = rg.extract_answer(traj.text)
+    answer = extract_answer(traj.text)
     return Score(float(_normalise(answer) == _normalise(gold)), "exact", {"answer": answer[:200]})
 
 
@@ -55,13 +48,12 @@ def parse_number(text: str) -> float | None:
         return None
 
 
-@register("numeric")
 def numeric(task: Task, traj: Trajectory) -> Score | None:
     gold_text = _gold(task)
     gold = parse_number(gold_text) if gold_text is not None else None
     if gold is None:
         return None
-    answer = parse_number(rg.extract_answer(traj.text))
+    answer = parse_number(extract_answer(traj.text))
     rel = float(task.metadata.get("rel_tol", 1e-6)) if task.metadata else 1e-6
     ok = answer is not None and math.isfinite(answer) and math.isclose(answer, gold, rel_tol=rel, abs_tol=1e-9)
     return Score(float(ok), "numeric", {"answer": answer})

@@ -30,25 +30,34 @@ Not exit codes, not log lines, not files decide.
 from __future__ import annotations
 
 import ast
-import atexit
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
-import threading
 from dataclasses import dataclass
+from pathlib import Path
 
-from posttrain.sandbox import LocalSandbox, RunRequest, Sandbox
+from posttrain.sandbox import RunRequest, Sandbox
+from posttrain.sandbox.default import get_sandbox
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.harness import JUDGE, RUNNER
-from posttrain.verifiers.registry import register, verifier_options
+from posttrain.verifiers.options import verifier_options
 
 VERDICT = "POSTTRAIN-VERDICT "
+_HARNESS = Path(__file__).parent / "harness"  # plain files read as text, never imported
+
+
+def _program(*names: str) -> str:
+    return "\n\n".join((_HARNESS / name).read_text() for name in names)
+
+
+# the two programs sent into the sandbox, as source text: JUDGE (trusted: runs the tests, authenticates
+# the verdict; judge.py first makes itself non-dumpable and cleans sys.path) and RUNNER (untrusted:
+# runs the solution); both hold codec.py, the value codec they share
+JUDGE = _program("judge.py", "codec.py", "judge_stdio.py") + "\n\nmain()\n"
+RUNNER = _program("codec.py", "runner.py")
+CODE_MAX_TOKENS = 512  # a HumanEval function body needs more room than the 256-token default limit
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_lock = threading.Lock()
-_sandbox: Sandbox | None = None
 
 
 @dataclass(frozen=True)
@@ -65,23 +74,6 @@ class CodeResult:
     @property
     def score(self) -> float:
         return sum(self.results) / len(self.results) if self.results else 0.0
-
-
-def get_sandbox() -> Sandbox:
-    """The process-wide sandbox the `code` verifier uses (a bwrap LocalSandbox, made on first use)."""
-    global _sandbox
-    with _lock:
-        if _sandbox is None:
-            _sandbox = LocalSandbox(max_workers=os.cpu_count() or 1, max_queue=256)
-            atexit.register(_sandbox.close)
-        return _sandbox
-
-
-def set_sandbox(sandbox: Sandbox | None) -> None:
-    """Use another sandbox (e.g. a RemoteSandbox pool) for the `code` verifier."""
-    global _sandbox
-    with _lock:
-        _sandbox = sandbox
 
 
 def _count_tests(spec: dict) -> int:
@@ -217,7 +209,6 @@ def _judgeable(task: Task) -> bool:
     return isinstance(ref, dict) and any(ref.get(k) is not None for k in ("test", "tests", "io"))
 
 
-@register("code")
 def code(task: Task, traj: Trajectory) -> Score | None:
     return code_many(task, [traj])[0]
 

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from posttrain.core.errors import DataError
 from posttrain.core.fsio import atomic_file, read_jsonl
 from posttrain.sandbox import Sandbox
-from posttrain.verifiers.code import CodeResult, get_sandbox, run_batch, spec_for
+from posttrain.sandbox.default import get_sandbox
+from posttrain.verifiers.code import CodeResult, run_batch, spec_for
 
 TASK_KEYS = ("task_id", "prompt", "entry_point", "test")
 COMPLETION_KEYS = ("task_id", "completion")

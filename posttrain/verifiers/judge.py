@@ -43,7 +43,7 @@ import torch
 from posttrain.core.errors import ConfigError, ModelLoadError
 from posttrain.engine.protocol import Engine, SamplingParams
 from posttrain.core.types import Message, Score, Task, Trajectory
-from posttrain.verifiers.registry import verifier_options
+from posttrain.verifiers.options import verifier_options
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from fractions import Fraction
 from posttrain.core.fsio import atomic_file, read_jsonl
 from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers import math_worker
-from posttrain.verifiers.registry import register, verifier_options
+from posttrain.verifiers.options import verifier_options
 
 MAX_ANSWER_CHARS = 4000
 _BOOT_S = 60.0  # how long the first call waits for the pool to start (not counted in timeout_s)
@@ -339,7 +339,6 @@ def math_equal(gold: str, answer: str, *, timeout_s: float = 5.0, rel_tol: float
 # ---------------------------------------------------------------- verifier and batch check
 
 
-@register("math")
 def math_verifier(task: Task, traj: Trajectory) -> Score | None:
     """1.0 when the completion's final answer equals the gold, else 0.0; None without a gold."""
     ref = task.reference

@@ -2,7 +2,11 @@
 
     @register("exact")
     def exact(task, traj): ...
+    register("needle", "posttrain.domains.longctx.needle:needle")   # by name, imported on first use
     scores, failures = run_verifiers(task, traj)   # one Score per verifier the task names
+
+The generic verifiers are the table below (names -> "module:function"; this module imports none of
+them); a domain registers its own from its package (posttrain/domains/<name>/__init__.py).
 
 None means "cannot judge" (e.g. no reference); a verifier that raises is caught here: it
 counts as a failure, its sample gets no score from it, and the step goes on. Each task names
@@ -11,47 +15,38 @@ its verifiers (`Task.verifiers`), so the RL loop never branches on the domain.
 
 from __future__ import annotations
 
-import difflib
 import numbers
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from posttrain.core.errors import ConfigError
-from posttrain.verifiers.ensemble import combine
+from posttrain.core.registry import Registry
 from posttrain.core.types import Score, Task, Trajectory
+from posttrain.verifiers.ensemble import combine
+from posttrain.verifiers.options import verifier_options  # noqa: F401  (re-exported)
 
 Verifier = Callable[[Task, Trajectory], "Score | None"]
-VERIFIERS: dict[str, Verifier] = {}
+VERIFIERS = Registry("verifier", {
+    "exact": "posttrain.verifiers.basic:exact",
+    "numeric": "posttrain.verifiers.basic:numeric",
+    "code": "posttrain.verifiers.code:code",
+    "math": "posttrain.verifiers.math:math_verifier",
+    "regex": "posttrain.verifiers.text_checks:regex",
+    "tags": "posttrain.verifiers.text_checks:tags",
+    "json": "posttrain.verifiers.text_checks:json_verifier",
+    "length": "posttrain.verifiers.text_checks:length",
+    "reward_model": "posttrain.verifiers.reward_model:reward_model",
+})
 
 
-def register(name: str) -> Callable[[Verifier], Verifier]:
-    def add(fn: Verifier) -> Verifier:
-        if name in VERIFIERS and VERIFIERS[name] is not fn:
-            raise ValueError(f"verifier {name!r} is already registered")
-        VERIFIERS[name] = fn
-        return fn
-
-    return add
+def register(name: str, fn: Verifier | str | None = None):
+    """register(name)(fn) as a decorator, or register(name, fn_or_"module:function")."""
+    return VERIFIERS.register(name, fn)
 
 
 def get_verifier(name: str) -> Verifier:
-    _load_builtins()
-    if name not in VERIFIERS:
-        close = difflib.get_close_matches(name, list(VERIFIERS), n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ConfigError(f"unknown verifier {name!r}{hint}; known: {', '.join(sorted(VERIFIERS))}")
-    return VERIFIERS[name]
-
-
-def verifier_options(task: Task, name: str) -> dict:
-    """Options for verifier `name` on `task`: `task.metadata["verifier_options"][name]` (a JSONL
-    task's metadata, or a domain's `verifier_options` in the config), else {}."""
-    opts = (task.metadata or {}).get("verifier_options", {}).get(name, {})
-    if not isinstance(opts, dict):
-        raise ValueError(f"verifier_options[{name!r}] must be a mapping, got {type(opts).__name__}")
-    return opts
+    return VERIFIERS.get(name)
 
 
 def _check(name: str, score: object) -> str | None:
@@ -130,16 +125,6 @@ def task_score(scores: list[Score], task: Task | None = None) -> float | None:
     meta = task.metadata if task is not None else {}
     return combine(scores, meta.get("combine", "mean"), weights=meta.get("verifier_weights"),
                    thresholds=meta.get("verifier_thresholds"))
-
-
-def _load_builtins() -> None:
-    # each registers its verifiers: exact, numeric, reasoning_gym; bfcl_ast; code; env_score; regex, tags,
-    # json, length; math; needle; reward_model; safety
-    import posttrain.domains.bfcl.ast_check  # noqa: F401
-    import posttrain.domains.longctx.needle  # noqa: F401
-    import posttrain.domains.redteam.safety  # noqa: F401
-    import posttrain.envs.score  # noqa: F401
-    from posttrain.verifiers import basic, code, math, reward_model, text_checks  # noqa: F401
 
 
 def events_of(scores: list[Score]) -> tuple[str, ...]:

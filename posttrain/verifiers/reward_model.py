@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from posttrain.core.errors import ConfigError
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register, verifier_options
+from posttrain.verifiers.options import verifier_options
 
 if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering this verifier stays cheap
     from posttrain.verifiers.judge import RewardModelJudge
@@ -217,7 +217,6 @@ def score_many(task: Task, trajs: Sequence[Trajectory]) -> list[Score | None]:
     return out
 
 
-@register(NAME)
 def reward_model(task: Task, traj: Trajectory) -> Score | None:
     return score_many(task, [traj])[0]
 

@@ -57,7 +57,7 @@ from typing import Any
 
 from posttrain.core.errors import ConfigError
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register, verifier_options
+from posttrain.verifiers.options import verifier_options
 
 try:  # the third-party module has a match timeout; it ships with transformers
     import regex as _re_engine
@@ -105,7 +105,6 @@ def _compile(pattern: str, flags: tuple[str, ...]):
         raise ConfigError(f"verifier_options.regex.pattern {_clip(pattern, 80)!r} does not compile: {e}") from None
 
 
-@register("regex")
 def regex(task: Task, traj: Trajectory) -> Score:
     opts = verifier_options(task, "regex")
     pattern = opts.get("pattern")
@@ -146,7 +145,6 @@ def _tag_pattern(tag: str) -> re.Pattern:
     return re.compile(r"<\s*(/?)\s*" + re.escape(tag) + r"\s*>", re.IGNORECASE)
 
 
-@register("tags")
 def tags(task: Task, traj: Trajectory) -> Score:
     opts = verifier_options(task, "tags")
     names = opts.get("tags")
@@ -278,7 +276,6 @@ def _json_payload(text: str, fence: str) -> tuple[str | None, str]:
     return text.strip(), "whole"
 
 
-@register("json")
 def json_verifier(task: Task, traj: Trajectory) -> Score:
     opts = verifier_options(task, "json")
     fence = opts.get("fence", "allow")
@@ -336,7 +333,6 @@ def bound_score(value: int, low: int | None, high: int | None, margin: float | N
     return max(0.0, 1.0 - distance / margin)
 
 
-@register("length")
 def length(task: Task, traj: Trajectory) -> Score:
     opts = verifier_options(task, "length")
     bounds = {k: _int_option(opts, k, None, "length") for k in ("min_chars", "max_chars", "min_words", "max_words")}

@@ -10,7 +10,7 @@ from posttrain.config.base import load_config
 from posttrain.config.rl import RLConfig
 from posttrain.recipes import rl
 from posttrain.telemetry.metrics import read_metrics
-from posttrain.verifiers.code import set_sandbox
+from posttrain.sandbox.default import set_sandbox
 from tests.recipes.rl_toy import overrides
 
 

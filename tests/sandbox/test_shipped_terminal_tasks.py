@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import posttrain.tasks.validate as _validate
-from posttrain.tasks.validate import validate_dir
+import posttrain.domains.terminal.validate as _validate
+from posttrain.domains.terminal.validate import validate_dir
 
-SHIPPED = Path(_validate.__file__).parents[1] / "domains" / "terminal" / "data"
+SHIPPED = Path(_validate.__file__).parent / "data"
 
 
 def test_every_shipped_task_validates():

@@ -9,7 +9,7 @@ import json
 from typer.testing import CliRunner
 
 from posttrain.cli import app
-from posttrain.tasks.validate import validate_dir
+from posttrain.domains.terminal.validate import validate_dir
 
 FIX = "cat > add.py <<'EOF'\nimport sys\nprint(sum(int(x) for x in sys.argv[1:]))\nEOF\n"
 TEST_SUM = """import subprocess

@@ -65,7 +65,7 @@ def test_bad_labels_leave_an_existing_thresholds_file_untouched(tmp_path):
 def test_cli_calibrate_writes_the_file_and_says_how_to_apply_it(tmp_path):
     from typer.testing import CliRunner
 
-    from posttrain.verifiers.cli import app
+    from posttrain.cli.verify import app
 
     labels = labels_file(tmp_path / "labels.jsonl")
     out = tmp_path / "thr.json"

@@ -5,7 +5,7 @@
     # as a verifier: a Task of a bfcl_* source names ("bfcl_ast",); its reference holds category, functions, answer
 
 The rules are those of BFCL v4's `ast_checker` for the Python categories (read, not imported), with
-the same verdict and error type on every input (tests/unit/test_bfcl_ast.py proves it against the
+the same verdict and error type on every input (tests/unit/domains/bfcl/test_bfcl_ast.py proves it against the
 reference, run in a subprocess):
 - function name: the doc's name with "." -> "_" (BFCL's function-calling handlers rename tools so;
   reference["dots"] True keeps dots);
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register, verifier_options
+from posttrain.verifiers.options import verifier_options
 
 Call = tuple[str, Mapping[str, Any]]  # (function name, arguments)
 PY_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
@@ -262,7 +262,6 @@ def judge(reference: Mapping[str, Any], calls: list[Call], errors: list[str]) ->
                        dots=bool(reference.get("dots", False)))
 
 
-@register("bfcl_ast")
 def bfcl_ast(task: Task, traj: Trajectory) -> Score | None:
     if not isinstance(task.reference, Mapping) or "category" not in task.reference:
         return None

@@ -42,7 +42,7 @@ from collections import Counter
 from typing import Any, Mapping
 
 from posttrain.envs.env import (
-    Action, InfraError, Observation, Resources, StepResult, error_observation, register_env,
+    Action, InfraError, Observation, Resources, StepResult, error_observation,
 )
 from posttrain.domains.bfcl.session import MEMORY_MB, RUNNER_PATH, BfclSession, StepLimitError, runner_job
 from posttrain.domains.terminal.session import cpu_seconds_for, shared_isolation
@@ -210,7 +210,3 @@ def score_state(sandbox, reference: Mapping[str, Any], state: Any) -> Score:
                          f"e.g. {next(iter(missing))[:120]!r}", error_type="multi_turn:execution_response_mismatch")
     return Score(1.0, "env_score", {"error": ""})
 
-
-@register_env("bfcl")
-def make(resources: Resources) -> BfclEnv:
-    return BfclEnv(resources)

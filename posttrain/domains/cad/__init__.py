@@ -2,13 +2,11 @@
 
 spec.py (a part as steps of primitives, its script and gold solid), levels.py (the five part
 families), render.py (OpenSCAD in bubblewrap), inspect.py (mesh measurements), checks.py (a step's
-checks), env.py (CadEnv). The task source is posttrain/domains/cad/source.py.
+checks), env.py (CadEnv), source.py (the generated `cad` task source).
 """
 
-from posttrain.envs.env import Resources, register_env
-from posttrain.domains.cad.env import CadEnv
+from posttrain.envs.env import register_env
 
+register_env("cad", "posttrain.domains.cad.env:CadEnv")
 
-@register_env("cad")
-def make_cad_env(resources: Resources) -> CadEnv:
-    return CadEnv(resources)
+from posttrain.domains.cad import source  # noqa: E402,F401  (registers the `cad` source)

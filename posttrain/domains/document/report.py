@@ -22,9 +22,11 @@ whole document (0 = the first character, 1 = the last).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from posttrain.domains.document.blocks import Section, Span, Table  # noqa: F401  (re-exported)
+from posttrain.domains.document.search import Index
 from posttrain.domains.document.templates import TEMPLATES, Template
 
 # level -> (sections, entities, columns, groups, paragraphs per section)
@@ -51,39 +53,6 @@ def fact_phrase(t: Template, fact: tuple) -> str:
 
 
 @dataclass
-class Span:
-    section: str
-    text: str  # a sentence or a rendered table row, verbatim in the section's text
-    figure: str  # the key figure as printed ("1,234.5"; a name for a named fact)
-    offset: int  # where `figure` starts in `text`
-    fact: tuple  # ("num", metric index, group, entity, column) | ("named", role) | ("ptr", metric, group)
-    value: float | str
-    kind: str  # "sentence" | "row" | "restatement" | "pointer" | "named"
-    depth: float = 0.0
-
-
-@dataclass(frozen=True)
-class Table:
-    number: int
-    caption: str
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-    @staticmethod
-    def line(cells) -> str:
-        return "| " + " | ".join(cells) + " |"
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    blocks: list = field(default_factory=list)  # paragraphs (str) and Tables, in order
-    text: str = ""  # rendered: "ID TITLE" then "[ID ¶k] ..." per block (a table: caption, header, rows)
-    start: int = 0  # where it starts in the whole document
-
-
-@dataclass
 class Report:
     seed: int
     level: int
@@ -106,9 +75,7 @@ class Report:
         return self.by_id.get(sid)
 
     @cached_property
-    def index(self):
-        from posttrain.domains.document.search import Index
-
+    def index(self) -> Index:
         return Index.of(self)
 
     def text(self) -> str:

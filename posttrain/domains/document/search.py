@@ -17,6 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from posttrain.domains.document.blocks import Table
+
 TOKEN = re.compile(r"[a-z0-9]+(?:[.,][a-z0-9]+)*")
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
 STOP = frozenset("a an and are as at be by did does for from how in is it its of on or the this that to was were "
@@ -66,8 +68,6 @@ class Index:
 
     @classmethod
     def of(cls, report) -> Index:
-        from posttrain.domains.document.report import Table
-
         passages = []
         for sec in report.sections:
             for k, block in enumerate(sec.blocks, 1):

@@ -20,12 +20,12 @@ from posttrain.core.errors import ConfigError, DataError
 from posttrain.core.fsio import read_jsonl
 from posttrain.tasks.registry import register_source
 from posttrain.core.types import Limits, Task
+from posttrain.verifiers.code import CODE_MAX_TOKENS
 
 HUMANEVAL_KEYS = ("task_id", "prompt", "entry_point", "test")
 HUMANEVAL_SIZE = 164
 CODE_INSTRUCTION = ("Complete the following Python function. Reply with the whole function, "
                     "imports included, in one ```python code block.")
-CODE_MAX_TOKENS = 512  # a HumanEval function body needs more room than the 256-token default limit
 
 
 def package_path() -> Path:

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import re
 
-from posttrain.domains.reasoning_gym.source import ANSWER_TAG
+from posttrain.verifiers.answer import ANSWER_TAG
 from posttrain.core.types import Score, Task, Trajectory
-from posttrain.verifiers.registry import register
 
 _DIGITS = re.compile(r"\d+")
 
@@ -42,7 +41,6 @@ def needle_score(gold: list[str], completion: str) -> tuple[float, list[str]]:
     return sum(a == b for a, b in zip(found, gold)) / len(gold), found
 
 
-@register("needle")
 def needle(task: Task, traj: Trajectory) -> Score | None:
     ref = task.reference
     values = ref.get("values") if isinstance(ref, dict) else None

@@ -32,7 +32,8 @@ from posttrain.domains.reasoning_gym import scorers as rg_scorers
 from posttrain.domains.reasoning_gym.build import build_report, skipped_items  # noqa: F401  (public readers)
 from posttrain.tasks.worked import gold_answer as _gold_for_entry
 from posttrain.tasks.worked import worked_steps
-from posttrain.core.types import Task
+from posttrain.core.types import Score, Task, Trajectory
+from posttrain.verifiers.answer import ANSWER_TAG, INSTRUCTION, extract_answer  # noqa: F401  (re-exported)
 
 EVAL_SEED_START = 1_000_000
 HOLDOUT = 1000  # eval items per domain (from EVAL_SEED_START) that training never contains
@@ -44,8 +45,6 @@ HOLDOUT_OVERRIDES: dict[str, int] = {}  # domain -> holdout, over the budget rul
 MAX_FAILED_IN_A_ROW = 64  # items in a row whose generator raised: the domain (or its options) is broken
 CREDITS = ("full", "partial")
 FULL_MARKS = 1.0 - 1e-9
-INSTRUCTION = "End your response with a final line of the form `Answer: <answer>`."
-ANSWER_TAG = "Answer:"
 VERIFIER = "reasoning_gym"
 
 
@@ -194,15 +193,6 @@ def make_tasks(domain: str, n: int, seed: int, *, config: Mapping[str, Any] | No
     ]
 
 
-def extract_answer(completion: str) -> str:
-    """Text after the last `Answer:` (stripped), else the last non-empty line, else ''."""
-    head, tag, tail = completion.rpartition(ANSWER_TAG)
-    if tag:
-        return tail.strip()
-    lines = [line.strip() for line in completion.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def raw_score(task: Task, completion: str) -> float:
     """The dataset's own `score_answer` on the extracted answer, clipped to [0, 1] (partial credit kept)."""
     meta = task.metadata
@@ -228,6 +218,11 @@ def credit(task: Task) -> str:
     if chosen not in CREDITS:
         raise ConfigError(f"verifier_options.{VERIFIER}.credit must be one of {', '.join(CREDITS)}, got {chosen!r}")
     return chosen
+
+
+def verify(task: Task, traj: Trajectory) -> Score:
+    """The `reasoning_gym` verifier: the dataset's own scorer on the completion (see `score`)."""
+    return Score(score(task, traj.text), VERIFIER)
 
 
 def score(task: Task, completion: str) -> float:

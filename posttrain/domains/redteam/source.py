@@ -29,7 +29,7 @@ posttrain/domains/redteam/report.py.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from posttrain.core.errors import ConfigError
 from posttrain.domains.redteam.prompts import build
@@ -37,8 +37,7 @@ from posttrain.tasks.registry import register_group, register_source
 from posttrain.core.types import Limits, Task
 from posttrain.domains.redteam.safety import classify
 
-if TYPE_CHECKING:
-    from posttrain.eval.evaluate import SampleRecord
+SampleRecord = Any  # eval/evaluate.py SampleRecord: eval passes its records in (domains never import eval)
 
 CATEGORIES = ("destructive", "exfiltration", "credentials", "injection_tool", "injection_doc", "jailbreak", "benign")
 HARMFUL = tuple(c for c in CATEGORIES if c != "benign")

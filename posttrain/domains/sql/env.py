@@ -28,7 +28,7 @@ import re
 import time
 from typing import Any, Mapping
 
-from posttrain.envs.env import Action, InfraError, Observation, Resources, StepResult, error_observation, register_env
+from posttrain.envs.env import Action, InfraError, Observation, Resources, StepResult, error_observation
 from posttrain.domains.sql.compare import has_top_level_order_by, rows_match
 from posttrain.domains.sql.executor import COUNT_CAP, QueryError, QueryResult, run_query
 from posttrain.domains.sql.schema import Database, build_database
@@ -188,7 +188,3 @@ def score_state(task: Task, state: Any) -> Score:
     same, why = rows_match(expected.rows, got.rows, ordered=ordered, decimals=decimals)
     return Score(1.0 if same else 0.0, "env_score", details if same else {**details, "error": why})
 
-
-@register_env("sql")
-def make(resources: Resources) -> SqlEnv:
-    return SqlEnv(resources)

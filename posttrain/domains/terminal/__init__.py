@@ -5,16 +5,13 @@ sandbox, verification by the task's tests in a fresh sandbox (docs/terminal.md).
     task = load_task("posttrain/domains/terminal/data/NAME")   # TerminalTask (task.py)
 
 task.py loads and checks a folder; session.py is the shell; env.py the Env; verify.py the
-unforgeable scoring; harness/runner.py the trusted test runner inside the sandbox.
+unforgeable scoring; harness/runner.py the trusted test runner inside the sandbox; validate.py
+`posttrain tasks validate DIR`; source.py the `terminal` task source.
 """
 
-from posttrain.envs.env import Resources, register_env
-from posttrain.domains.terminal.env import SHELL_TOOL, TerminalEnv
-from posttrain.domains.terminal.task import TerminalTask, cached_task, load_task
+from posttrain.envs.env import register_env
+from posttrain.tasks.registry import register_source
 
-__all__ = ["SHELL_TOOL", "TerminalEnv", "TerminalTask", "cached_task", "load_task"]
-
-
-@register_env("terminal")
-def make(resources: Resources) -> TerminalEnv:
-    return TerminalEnv(resources)
+register_env("terminal", "posttrain.domains.terminal.env:TerminalEnv")
+register_source("terminal", "posttrain.domains.terminal.source:terminal",
+                description="terminal tasks: a shell in the bubblewrap sandbox, scored by its tests")

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from posttrain.core.errors import ConfigError
-from posttrain.tasks.registry import register_source
 from posttrain.core.types import Limits, Task
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "data"
@@ -66,7 +65,6 @@ def terminal_task(tt) -> Task:
     )
 
 
-@register_source("terminal", description="terminal tasks: a shell in the bubblewrap sandbox, scored by its tests")
 def terminal(n: int | None, seed: int, options: Mapping[str, Any]) -> list[Task]:
     from posttrain.domains.terminal.task import load_task
 

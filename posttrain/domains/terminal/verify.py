@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.envs.env import InfraError
-from posttrain.domains.terminal.harness import RUNNER
+from posttrain.domains.terminal.programs import RUNNER
 from posttrain.domains.terminal.task import TEST_SH, TerminalTask
 from posttrain.sandbox.isolation import BwrapIsolation, Limits, resolve, sandbox_env
 from posttrain.sandbox.process import Command, run_command

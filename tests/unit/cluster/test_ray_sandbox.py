@@ -68,7 +68,7 @@ def test_a_killed_worker_has_its_run_rerun_on_a_replacement(sandbox):
 
 
 def test_the_verifiers_use_it_through_set_sandbox(sandbox):
-    from posttrain.verifiers import code as code_verifier
+    from posttrain.sandbox import default as code_verifier
 
     code_verifier.set_sandbox(sandbox)
     try:

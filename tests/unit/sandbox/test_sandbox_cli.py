@@ -14,7 +14,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from posttrain.sandbox import cli
+from posttrain.cli import sandbox as cli
 from tests.unit.sandbox.fakes import ScriptedSandbox, SubprocessSandbox
 
 runner = CliRunner()
@@ -115,7 +115,7 @@ def test_serve_end_to_end_with_local_sandbox(local_sandbox):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = "from posttrain.sandbox.cli import app; app()"
+    command = "from posttrain.cli.sandbox import app; app()"
     proc = subprocess.Popen(
         [sys.executable, "-c", command, "serve", "--port", str(port), "--workers", "2", "--unisolated"],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},

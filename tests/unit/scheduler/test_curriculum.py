@@ -13,7 +13,8 @@ from posttrain.config.sched import CurriculumConfig
 from posttrain.core.errors import ConfigError
 from posttrain.rl.curriculum import make_curriculum
 from posttrain.domains.reasoning_gym import source as rg
-from posttrain.tasks.mixture import GeneratedSource, GymSource, Mixture, registry_source
+from posttrain.domains.reasoning_gym.mixture import GymSource
+from posttrain.tasks.mixture import GeneratedSource, Mixture, registry_source
 from posttrain.tasks.registry import make_source_tasks
 
 ARITH = "basic_arithmetic"
@@ -208,7 +209,7 @@ def test_levels_that_do_not_build_cap_max_level_or_fail_at_build_time():
 
 
 def test_a_terminal_dir_without_harder_tasks_caps_its_levels(tmp_path):
-    from tests.unit.tasks.test_terminal_task import TOML, write_task
+    from tests.unit.domains.terminal.test_terminal_task import TOML, write_task
 
     write_task(tmp_path, name="alpha", toml=TOML.replace('"medium"', '"easy"'))
     write_task(tmp_path, name="beta", toml=TOML.replace('"medium"', '"easy"'))

@@ -16,7 +16,7 @@ from posttrain.core.errors import ConfigError, DataError
 from posttrain.eval.sources import load_spec
 from posttrain.tasks import dedup
 from posttrain.tasks.build import BuildOptions, GoldError, build_tasks
-from posttrain.tasks.cli import app
+from posttrain.cli.tasks import app
 from posttrain.tasks.jsonl import load_tasks
 from posttrain.core.types import Trajectory
 from posttrain.verifiers import run_verifiers

@@ -11,7 +11,8 @@ import pytest
 from posttrain.config.common import DomainConfig
 from posttrain.core.errors import ConfigError
 from posttrain.domains.reasoning_gym import source as rg
-from posttrain.tasks.mixture import GymSource, jsonl_source, Mixture, build_mixture
+from posttrain.domains.reasoning_gym.mixture import GymSource
+from posttrain.tasks.mixture import jsonl_source, Mixture, build_mixture
 
 # A small problem space (two 1-2 digit terms): questions repeat across seeds, so held-out
 # eval questions really do turn up among the training seeds and must be skipped.
@@ -70,7 +71,7 @@ def test_gym_source_never_reaches_eval_seeds():
 def test_unknown_gym_domain_lists_valid_names():
     with pytest.raises(ConfigError) as e:
         build_mixture([DomainConfig(name="chain_sums")], task_seed=0, seed=0)
-    assert "unknown reasoning-gym domain 'chain_sums'" in str(e.value)
+    assert "unknown task domain 'chain_sums'" in str(e.value)
     assert "did you mean chain_sum" in str(e.value)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posttrain.envs.env import Resources, make_env
 from posttrain.domains.document.cite import PARTIAL, check_answer
-from tests.unit.envs.document.helpers import gold_citations, report_of, tasks
+from tests.unit.domains.document.helpers import gold_citations, report_of, tasks
 
 
 def score(task, answer, citations):

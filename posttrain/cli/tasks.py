@@ -2,8 +2,8 @@
 
     posttrain tasks list
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
-    posttrain tasks validate posttrain/domains/terminal/data [--json]            # see tasks/validate.py
-    posttrain tasks audit-scorers [--domains a,b] [--write]                    # see tasks/rg_scorers.py
+    posttrain tasks validate posttrain/domains/terminal/data [--json]            # see domains/terminal/validate.py
+    posttrain tasks audit-scorers [--domains a,b] [--write]                    # see domains/reasoning_gym/audit.py
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def tasks_validate(
     import asyncio
     import json
 
-    from posttrain.tasks.validate import validate_dir, validate_generated
+    from posttrain.domains.terminal.validate import validate_dir
+    from posttrain.tasks.validate import validate_generated
 
     if (directory is None) == (source is None):
         raise ConfigError("tasks validate: give either DIR or --source NAME")
@@ -150,14 +151,16 @@ def tasks_audit_scorers(
     """Score reasoning-gym's gold answers and typical wrong answers (empty, another item's answer, one character
     changed, negated, gold plus junk) per domain; print the table and whether each domain's scorer gives wrong
     answers credit (see docs/scorers.md)."""
-    from posttrain.domains.reasoning_gym import source as rg
+    from posttrain.domains.reasoning_gym import audit as rg_audit
     from posttrain.domains.reasoning_gym import scorers as rg_scorers
+    from posttrain.domains.reasoning_gym import source as rg
+
     names = [d.strip() for d in domains.split(",") if d.strip()] if domains else None
     for name in names or []:
         rg.check_domain(name)
     if write and names:
         raise ConfigError("tasks audit-scorers: --write rewrites the whole table; leave out --domains")
-    rows = rg_scorers.audit_all(n, names)
+    rows = rg_audit.audit_all(n, names)
     saved = rg_scorers.decisions()
     table = Table(title=f"{len(rows)} reasoning-gym domains, {sum(bool(r.get('partial')) for r in rows)} "
                   "give wrong answers partial credit", title_justify="left")
@@ -169,11 +172,11 @@ def tasks_audit_scorers(
         before = saved.get(r["domain"], {}).get("credit", "-")
         if before != r["credit"]:
             changed.append(r["domain"])
-        table.add_row(r["domain"], *(rg_scorers._cell(r.get(k)) for k in ("gold", *rg_scorers.WRONG)),
-                      rg_scorers._cell(r.get("max_wrong")), r["credit"], before if before == r["credit"] else f"[red]{before}")
+        table.add_row(r["domain"], *(rg_audit._cell(r.get(k)) for k in ("gold", *rg_scorers.WRONG)),
+                      rg_audit._cell(r.get("max_wrong")), r["credit"], before if before == r["credit"] else f"[red]{before}")
     Console().print(table)
     if write:
-        rg_scorers.write(rows)
+        rg_audit.write(rows)
         err.print(f"wrote {rg_scorers.DATA} and {rg_scorers.DOC}")
     if check and changed:
         err.print(f"decisions differ from the checked-in data: {', '.join(changed)}")

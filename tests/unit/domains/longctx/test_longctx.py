@@ -20,7 +20,7 @@ from posttrain.domains.longctx.report import render_long_context
 from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import get_verifier
 
-SMOLLM2 = Path(__file__).resolve().parents[3] / ".cache/posttrain/models/smollm2-135m-instruct"
+SMOLLM2 = Path(__file__).resolve().parents[4] / ".cache/posttrain/models/smollm2-135m-instruct"
 
 
 def document(task: Task) -> str:

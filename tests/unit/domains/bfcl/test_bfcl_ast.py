@@ -19,7 +19,7 @@ from posttrain.core.types import Trajectory
 from posttrain.domains.bfcl.ast_check import check_calls, normalise
 from posttrain.verifiers.registry import run_verifiers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 AST_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple",
                   "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 

@@ -19,7 +19,7 @@ from posttrain.domains.cad.source import subunit_step
 from posttrain.tasks.generated import HELD_OUT_SEED
 from posttrain.tasks.registry import make_source_tasks
 from posttrain.tasks.validate import _generated_task
-from tests.unit.envs.cad.cad_helpers import act, episode, task
+from tests.unit.domains.cad.cad_helpers import act, episode, task
 
 STEPS = {1: 1, 2: 2, 3: 3, 4: 4, 5: 6}
 

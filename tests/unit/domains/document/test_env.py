@@ -12,7 +12,7 @@ from posttrain.domains.document.env import pages
 from posttrain.tasks.generated import oracle_turns
 from posttrain.tasks.validate import validate_generated
 from posttrain.core.types import Limits
-from tests.unit.envs.document.helpers import answer, call, episode, gold_citations, report_of, tasks
+from tests.unit.domains.document.helpers import answer, call, episode, gold_citations, report_of, tasks
 
 
 def test_untouched_state_fails_and_the_oracle_scores_one_at_every_level_both_splits():

@@ -14,7 +14,7 @@ from posttrain.envs.rollout import rollout
 from posttrain.envs.tools.parsers import get_parser
 from posttrain.engine.protocol import SamplingParams
 from posttrain.tasks.generated import oracle_turns
-from tests.unit.envs.cad.cad_helpers import act, episode, task
+from tests.unit.domains.cad.cad_helpers import act, episode, task
 from tests.unit.envs.scripted import TurnScript
 
 

@@ -127,7 +127,7 @@ def test_all_sources_registered_and_bfcl_never_imported():
 def test_no_bfcl_module_of_ours_imports_bfcl_eval():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[3] / "posttrain"
+    root = Path(__file__).resolve().parents[4] / "posttrain"
     paths = sorted((root / "domains" / "bfcl").rglob("*.py"))
     assert len(paths) >= 6
     for path in paths:

@@ -1,5 +1,6 @@
 """The `posttrain` command. Each command loads a typed config (YAML + dotted overrides)
-and calls one recipe; heavy imports happen inside the commands so `--help` is instant.
+and calls one recipe; heavy imports happen inside the commands so `--help` is instant. The
+sub-command groups are modules here: tasks.py (`posttrain tasks`), verify.py, sandbox.py, models.py.
 
     posttrain run configs/quickstart.yaml
     posttrain sft configs/x.yaml train.lr=1e-4 model.path=/models/m
@@ -21,10 +22,11 @@ import typer
 from rich.console import Console
 
 from posttrain.core.errors import ConfigError, PosttrainError
-from posttrain.models.cli import app as models_app
-from posttrain.sandbox.cli import app as sandbox_app
-from posttrain.tasks.cli import app as tasks_app
-from posttrain.verifiers.cli import app as verify_app
+from posttrain.cli.models import app as models_app
+from posttrain.cli.sandbox import app as sandbox_app
+from posttrain.cli.tasks import app as tasks_app
+from posttrain.cli.verify import app as verify_app
+from posttrain.domains import load_domains
 
 app = typer.Typer(
     help="posttrain: post-training for open-weight language models (SFT, reward models and DPO, RL with verifiable rewards; eval, sandbox, verifiers).",
@@ -32,6 +34,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _domains() -> None:
+    """Every command sees every domain's task sources, envs and verifiers."""
+    load_domains()
+
+
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(verify_app, name="verify")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from posttrain.domains.document.search import Index, Passage, format_hits, snippet, tokens
-from tests.unit.envs.document.helpers import report_of, tasks
+from tests.unit.domains.document.helpers import report_of, tasks
 
 
 def recall_at_5(level: int, n: int) -> float:

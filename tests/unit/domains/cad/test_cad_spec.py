@@ -16,7 +16,7 @@ from posttrain.domains.cad.spec import Box, Cyl, Part, Step, gold, ngon_area
 from posttrain.core.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
 from posttrain.tasks.registry import make_source_tasks
-from tests.unit.envs.cad.cad_helpers import solid_stl, stl_of
+from tests.unit.domains.cad.cad_helpers import solid_stl, stl_of
 
 
 def test_tasks_are_deterministic_and_the_test_split_is_held_out():

@@ -5,20 +5,22 @@ from __future__ import annotations
 import pytest
 
 from posttrain.domains.reasoning_gym import source as rg
+from posttrain.domains.reasoning_gym import audit as rg_audit
 from posttrain.domains.reasoning_gym import scorers as rg_scorers
+
 REAUDIT = ["basic_arithmetic", "chain_sum", "gcd", "leg_counting", "graph_color", "number_sorting", "rush_hour"]
 
 
 @pytest.mark.parametrize("domain", REAUDIT)
 def test_reaudit_agrees_with_checked_in_data(domain):
     saved = rg_scorers.decisions()[domain]
-    row = rg_scorers.audit_domain(domain, n=saved["n"])
+    row = rg_audit.audit_domain(domain, n=saved["n"])
     for key in ("gold", *rg_scorers.WRONG, *rg_scorers.VARIANTS, "max_wrong", "partial", "credit"):
         assert row[key] == saved[key], (domain, key, row[key], saved[key])
 
 
 def test_basic_arithmetic_negated_answer_gets_credit_so_it_defaults_to_full_marks_only():
-    row = rg_scorers.audit_domain("basic_arithmetic", n=10)
+    row = rg_audit.audit_domain("basic_arithmetic", n=10)
     assert row["gold"] == 1.0 and 0.0 < row["negate"] < 1.0
     assert row["partial"] and row["credit"] == "full" == rg_scorers.default_credit("basic_arithmetic")
 
@@ -37,11 +39,11 @@ def test_every_domain_has_a_checked_in_decision_and_a_docs_row():
 
 
 def test_probes_change_the_gold():
-    p = rg_scorers.probes("12", "7")
+    p = rg_audit.probes("12", "7")
     assert p["edit"] == "13" and p["negate"] == "-12" and p["other"] == "7" and p["empty"] == ""
-    assert rg_scorers.probes("-4", "-4")["negate"] == "4" and rg_scorers.probes("-4", "-4")["other"] is None
-    assert rg_scorers.probes("abc", None)["edit"] == "aba" and rg_scorers.probes("abc", None)["negate"] is None
-    assert rg_scorers.probes(None, "1")["edit"] is None
+    assert rg_audit.probes("-4", "-4")["negate"] == "4" and rg_audit.probes("-4", "-4")["other"] is None
+    assert rg_audit.probes("abc", None)["edit"] == "aba" and rg_audit.probes("abc", None)["negate"] is None
+    assert rg_audit.probes(None, "1")["edit"] is None
 
 
 def test_unaudited_domain_defaults_to_full_marks():
@@ -53,7 +55,7 @@ def test_audit_scorers_command_checks_against_the_checked_in_data():
     from typer.testing import CliRunner
 
     from posttrain.core.errors import ConfigError
-    from posttrain.tasks.cli import app
+    from posttrain.cli.tasks import app
 
     ok = CliRunner().invoke(app, ["audit-scorers", "--domains", "chain_sum,gcd", "--check"])
     assert ok.exit_code == 0, ok.output

@@ -13,7 +13,7 @@ from posttrain.domains.cad.render import render
 from posttrain.domains.cad.spec import ngon_area
 from posttrain.domains.terminal.session import shared_isolation
 from tests.sandbox.procs import UID, processes_of
-from tests.unit.envs.cad.cad_helpers import act, episode, task
+from tests.unit.domains.cad.cad_helpers import act, episode, task
 
 PLATE = "$fn = 32;\ndifference() {\n  cube([40, 30, 5]);\n  translate([10, 15, -1]) cylinder(d = 4, h = 7);\n" \
         "  translate([30, 15, -1]) cylinder(d = 4, h = 7);\n}\n"

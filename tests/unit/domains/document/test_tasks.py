@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.core.errors import ConfigError
 from posttrain.tasks.generated import HELD_OUT_SEED
-from tests.unit.envs.document.helpers import report_of, tasks
+from tests.unit.domains.document.helpers import report_of, tasks
 
 KINDS = {1: {"lookup", "named"}, 2: {"cell"}, 3: {"xref"}, 4: {"combine"}, 5: {"restated", "three"}}
 
