@@ -1,6 +1,6 @@
 """The "Safety" section of report.html: an eval JSON's "safety" table (posttrain/domains/redteam/source.py summarize).
 
-    html_text = render_safety(eval_json["safety"])
+    html_text = render_safety(eval_json["safety"], kit)   # kit: telemetry/report/evals.py KIT (e, table)
 
 A table per red-team category (tasks, samples, refusal rate, compliance (unsafe) rate, safe rate), the
 benign row's over-refusal rate and the mean safe rate over harmful categories beside it, then the
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.telemetry.report.html import e as _e
-from posttrain.telemetry.report.html import table
 
 _HEAD = ("category", "domain", "tasks", "samples", "refusal rate", "compliance (unsafe) rate", "safe rate")
 
@@ -22,7 +20,7 @@ def _pct(value: Any) -> str:
     return "–" if value is None else f"{100 * float(value):.1f}%"
 
 
-def render_safety(data: dict) -> str:
+def render_safety(data: dict, kit) -> str:
     """HTML of the safety section; "" when `data` is empty."""
     if not data:
         return ""
@@ -33,12 +31,12 @@ def render_safety(data: dict) -> str:
         rows.append([label, row.get("domain", ""), row.get("n", 0), row.get("samples", 0),
                      _pct(row.get("refusal_rate")), _pct(row.get("compliance_rate")), _pct(row.get("safe_rate"))])
     if rows:
-        out.append(table(_HEAD, rows))
-    out.append(f'<p class="note">Over-refusal on benign look-alikes: {_e(_pct(data.get("over_refusal_rate")))}; '
-               f'safe rate over harmful categories: {_e(_pct(data.get("harmful_safe_rate")))}.</p>')
+        out.append(kit.table(_HEAD, rows))
+    out.append(f'<p class="note">Over-refusal on benign look-alikes: {kit.e(_pct(data.get("over_refusal_rate")))}; '
+               f'safe rate over harmful categories: {kit.e(_pct(data.get("harmful_safe_rate")))}.</p>')
     found = data.get("violations") or {}
     violation_rows = [[domain, kind, count] for domain, kinds in found.items()
                       for kind, count in (kinds.items() if kinds else [("none", 0)])]
     if violation_rows:
-        out.append("<h4>Sandbox violations per domain</h4>" + table(("domain", "kind", "count"), violation_rows))
+        out.append("<h4>Sandbox violations per domain</h4>" + kit.table(("domain", "kind", "count"), violation_rows))
     return "\n".join(out)

@@ -4,7 +4,7 @@ no compare.json) one table each and, with several, a comparison table and bar ch
 tables an eval JSON carries (long context, safety), drawn by the renderers EXTRA_TABLES names.
 
     html = render_evals(suites, evals)                       # "" when there is nothing to show
-    EXTRA_TABLES["my_table"] = "my_pkg.my_module:render"     # render(value_of_that_key) -> HTML str
+    EXTRA_TABLES["my_table"] = "my_pkg.my_module:render"     # render(value_of_that_key, KIT) -> HTML str
 
 EXTRA_TABLES maps a top-level key of an eval JSON to "module:function"; the module is imported only
 when an eval has that key, and the function gets the key's value and returns HTML (escaping any
@@ -18,10 +18,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from types import SimpleNamespace
 
+from posttrain.telemetry.heatmap import heatmap_plot
 from posttrain.telemetry.plots import grouped_bar_plot
 from posttrain.telemetry.report.html import e, fmt, img, is_num, p_text, signed, table
 from posttrain.telemetry.report.suites import Suite
+
+# the HTML toolkit a domain's renderer is handed (it never imports the report layer itself)
+KIT = SimpleNamespace(e=e, img=img, table=table, heatmap=heatmap_plot)
 
 EXTRA_TABLES: dict[str, str] = {
     "long_context": "posttrain.domains.longctx.report:render_long_context",
@@ -42,7 +47,7 @@ def render_extra_tables(name: str, data: dict[str, Any]) -> str:
         if key in data:
             module, func = target.split(":")
             render = getattr(importlib.import_module(module), func)
-            out.append(f"<h3>{e(key.replace('_', ' ').capitalize())}: {e(name)}</h3>" + render(data[key]))
+            out.append(f"<h3>{e(key.replace('_', ' ').capitalize())}: {e(name)}</h3>" + render(data[key], KIT))
     return "\n".join(out)
 
 

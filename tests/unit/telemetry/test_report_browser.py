@@ -45,7 +45,7 @@ window.addEventListener("load", () => {
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)")
 
 
-def fake_heatmap(data: dict) -> str:
+def fake_heatmap(data: dict, kit) -> str:
     return img(grouped_bar_plot(["4k", "8k"], {"depth 0.5": data["acc"]}, title="long context"), "long-context heatmap")
 
 

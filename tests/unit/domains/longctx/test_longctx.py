@@ -17,6 +17,7 @@ from posttrain.eval.evaluate import SampleRecord, evaluate_tasks
 from posttrain.domains.longctx import source as longctx
 from posttrain.tasks.registry import is_source, make_source_tasks
 from posttrain.domains.longctx.report import render_long_context
+from posttrain.telemetry.report.evals import KIT
 from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import get_verifier
 
@@ -171,14 +172,14 @@ def test_summarize_grid_by_length_and_depth():
     assert summarize(tasks, records[:8], object())["kv_bytes_per_token"] is None
     assert run_analyses(tasks, records[:8], KVEngine())["long_context"]["variants"]["needle"]["n"] == [[2, 2], [2, 2]]
 
-    page = render_long_context(data)
+    page = render_long_context(data, KIT)
     uris = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(uris) == 2 and all(base64.b64decode(u).startswith(b"\x89PNG") for u in uris)
     assert "lost in the middle" in page.lower() and "45.0 KiB per token (46080 bytes)" in page
     assert page.startswith('<section class="long-context">') and "http" not in page
-    bad = render_long_context({"variants": {"<b>x</b>": {"lengths": [1]}}, "kv_bytes_per_token": None})
+    bad = render_long_context({"variants": {"<b>x</b>": {"lengths": [1]}}, "kv_bytes_per_token": None}, KIT)
     assert "&lt;b&gt;x&lt;/b&gt;" in bad and "<b>" not in bad and "not reported" in bad
-    assert render_long_context({}) == ""
+    assert render_long_context({}, KIT) == ""
 
 
 # ---- a tiny end-to-end run through the paged engine
@@ -211,4 +212,4 @@ def test_probes_run_through_the_paged_engine_with_chunked_prefill(tiny_model_dir
     whole = make_engine(tiny_model_dir, tiny_tokenizer, device="cpu", max_num_batched_tokens=4096, speculative=None)
     again = evaluate_tasks(whole, tiny_tokenizer, tasks, max_tokens=16, stop_ids=stop)
     assert [r.completion for r in again.records] == [r.completion for r in result.records]  # chunking changes nothing
-    assert "<img" in render_long_context(data)
+    assert "<img" in render_long_context(data, KIT)

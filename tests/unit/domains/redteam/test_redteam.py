@@ -16,6 +16,7 @@ from posttrain.eval.sources import load_spec
 from posttrain.eval.evaluate import evaluate_tasks
 from posttrain.tasks.registry import expand_group, make_source_tasks
 from posttrain.domains.redteam.report import render_safety
+from posttrain.telemetry.report.evals import KIT
 from posttrain.core.types import Score, Task
 from posttrain.verifiers import VERIFIERS, register
 from tests.unit.eval.scripted import ScriptedEngine
@@ -119,7 +120,7 @@ def test_render_safety_shows_the_numbers_escaped():
                    "refusal_rate": 0.125, "compliance_rate": None, "safe_rate": 0.875}},
         "over_refusal_rate": 0.125, "harmful_safe_rate": 0.75,
         "violations": {"code<script>": {"time_limit": 3, "tests_touched": 1}, "redteam_benign": {}}}
-    page = render_safety(data)
+    page = render_safety(data, KIT)
     row = re.search(r"<tr><td>destructive</td>(.*?)</tr>", page).group(1)
     assert re.findall(r"<td>(.*?)</td>", row) == ["redteam_destructive", "2", "4", "75.0%", "25.0%", "75.0%"]
     benign = re.search(r"<tr><td>benign \(benign look-alikes\)</td>(.*?)</tr>", page).group(1)
@@ -127,4 +128,4 @@ def test_render_safety_shows_the_numbers_escaped():
     assert "Over-refusal on benign look-alikes: 12.5%" in page and "harmful categories: 75.0%" in page
     assert "<td>code&lt;script&gt;</td><td>time_limit</td><td>3</td>" in page and "<script>" not in page
     assert "<td>redteam_benign</td><td>none</td><td>0</td>" in page
-    assert render_safety({}) == ""
+    assert render_safety({}, KIT) == ""
