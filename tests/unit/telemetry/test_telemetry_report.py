@@ -157,11 +157,11 @@ def suite_html(tmp_path_factory):
         mp.undo()
 
 
-def fake_long_context(data: dict) -> str:
+def fake_long_context(data: dict, kit) -> str:
     return f'<p class="fake">heatmap of {html_lib.escape(data["cells"])}</p>'
 
 
-def fake_safety(data: dict) -> str:
+def fake_safety(data: dict, kit) -> str:
     return f'<p class="fake">refusal {data["refusal"]}</p>'
 
 
