@@ -210,11 +210,13 @@ class BwrapIsolation:
         return args
 
     def command(
-        self, argv: list[str], work_dir: str, limits: Limits, ro_binds: Sequence[tuple[str, str]] = ()
+        self, argv: list[str], work_dir: str, limits: Limits, ro_binds: Sequence[tuple[str, str]] = (),
+        rw_binds: Sequence[tuple[str, str]] = (),
     ) -> tuple[list[str], str]:
         """(full argv, host cwd) that runs `argv` inside the sandbox with `work_dir` as /work.
-        `ro_binds`: extra (host path, sandbox path) pairs mounted read-only after /work, so a
-        sandbox path under /work (e.g. /work/tests) can be neither written, renamed nor removed."""
+        `ro_binds`: extra (host path, sandbox path) pairs mounted read-only after /work (a path
+        under /work can then be neither written, renamed nor removed); `rw_binds`: writable ones.
+        A bind's host path is opened by bwrap as the sandbox uid: it must be reachable by it."""
         cmd: list[str] = []
         if self.setpriv:
             cmd += [
@@ -244,6 +246,7 @@ class BwrapIsolation:
             "--remount-ro", "/dev",
             "--size", str(self.tmp_size_bytes), "--tmpfs", "/tmp",
             "--bind", work_dir, WORK_DIR,
+            *[arg for src, dst in rw_binds for arg in ("--bind", src, dst)],
             *[arg for src, dst in ro_binds for arg in ("--ro-bind", src, dst)],
             "--chdir", WORK_DIR,
             "--remount-ro", "/",

@@ -201,7 +201,8 @@ async def test_a_state_over_the_cap_scores_zero_with_an_event(tmp_path, iso):
     task = task_of(write_task(tmp_path))
     _, state, score = await play(iso, task, [f"cat > add.py <<'EOF'\n{PROGRAM}EOF\nhead -c 17M /dev/zero > big"])
     assert state["over_cap"] and state["files"] == {}
-    assert score.value == 0.0 and score.details["events"] == ["state_over_cap"]
+    assert score.value == 0.0 and score.details["events"] == ["state_over_cap", "workspace_refused"]
+    assert score.details["error"].startswith("workspace refused: the final files exceed")
 
 
 def test_the_registry_makes_a_terminal_env():
@@ -214,7 +215,7 @@ async def test_a_sandbox_that_cannot_start_is_an_infra_error(tmp_path, iso):
     task = task_of(write_task(tmp_path))
 
     class NoBwrap:
-        def command(self, argv, work_dir, limits, ro_binds=()):
+        def command(self, argv, work_dir, limits, ro_binds=(), rw_binds=()):
             return ["/nonexistent/bwrap", *argv], "/"
 
         def prepare_work_dir(self, path):

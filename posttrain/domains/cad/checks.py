@@ -12,6 +12,14 @@ centre is within 0.5 mm and whose area is within 4% of the probe's. The volume a
 $fn-gons' (spec.py), so a part made with the stated $fn matches to rounding; the tolerances also
 cover a coarser $fn of about 24.
 
+What a check EARNS (`earned`, the reward's view; `run_checks` reports what each measured): the
+envelope checks (size_x / size_y / size_z, position) say nothing about the part on their own: two
+tiny cubes at a bounding box's corners, or a solid block, pass them all. They earn only when the
+geometry inside the box is the part's too: the volume matches, or both the body count and the
+through-hole count do. `watertight` earns only with something else earned beyond the envelope (a
+closed mesh alone is no progress). So a right-bounding-box block without holes earns watertight,
+bodies and the outline probes, not the box it was built to match.
+
 A sub-unit's reward (one step k of a part, steps 1..k-1 given):
 
     v = unit_value(part, k, results)          # UnitValue(value, counted, broken)
@@ -40,6 +48,7 @@ VOLUME_REL = 0.02
 CENTER_MM = 0.5
 AREA_REL = 0.04
 GLOBAL = ("watertight", "bodies", "holes", "size_x", "size_y", "size_z", "position", "volume")
+ENVELOPE = ("size_x", "size_y", "size_z", "position")
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,22 @@ def run_checks(e: Expected, m: Measurement) -> list[Check]:
     return out
 
 
+def earned(checks: list[Check]) -> dict[str, bool]:
+    """name -> whether the check earns reward (module docstring: envelope and watertight are gated)."""
+    ok = {c.name: c.ok for c in checks}
+    inside = ok.get("volume", False) or (ok.get("bodies", False) and ok.get("holes", False))
+    out = {n: v and (n not in ENVELOPE or inside) for n, v in ok.items()}
+    if "watertight" in out:
+        out["watertight"] = out["watertight"] and any(v for n, v in out.items() if n not in (*ENVELOPE, "watertight"))
+    return out
+
+
+def share(checks: list[Check]) -> float:
+    """The reward of a whole part: the share of its checks that earn."""
+    got = earned(checks)
+    return sum(got.values()) / len(got) if got else 0.0
+
+
 def failures(checks: list[Check]) -> str:
     return "; ".join(f"{c.name}: expected {c.expected}, measured {c.measured}" for c in checks if not c.ok)
 
@@ -135,5 +160,6 @@ def unit_value(part: Part, k: int, checks: list[Check]) -> UnitValue:
     """The sub-unit reward of `checks` (run_checks(expect(part, k), measured)) for step k."""
     own = own_checks(part, k)
     broken = tuple(c.name for c in checks if c.name not in own and not c.ok)
-    passed = sum(c.ok for c in checks if c.name in own)
+    got = earned(checks)
+    passed = sum(got[c.name] for c in checks if c.name in own)
     return UnitValue(0.0 if broken or not own else passed / len(own), own, broken)

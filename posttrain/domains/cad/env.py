@@ -16,8 +16,9 @@ confirmed in order, and only against a render of the current script. A turn with
 (and without parse errors) ends the episode; the final part is the last successful render.
 
 score never trusts the episode's numbers: it renders the final script again in a fresh sandbox
-work dir and measures it; the reward is the share of the final step's checks that pass (1.0 only
-when all do), details {"checks": {name: bool}, "measured": {...}, "confirmed", "steps", "error"?}.
+work dir and measures it; the reward is the share of the final step's checks that EARN (1.0 only
+when all pass; checks.earned: size and position earn only when the volume, or the body and hole
+counts, match too; watertight only with something beyond the envelope), details {"checks": {name: bool}, "measured": {...}, "confirmed", "steps", "error"?}.
 
 A sub-unit (reference["step"] = k, tasks/cad.py option unit: step) starts with part.scad holding
 the gold script of steps 1..k-1 (not yet rendered) and those steps confirmed; confirm_step(k)
@@ -33,7 +34,7 @@ import time
 from typing import Any, Mapping
 
 from posttrain.envs.env import Action, Observation, Resources, StepResult, error_observation
-from posttrain.domains.cad.checks import Check, expect, failures, run_checks, unit_value
+from posttrain.domains.cad.checks import Check, expect, failures, run_checks, share, unit_value
 from posttrain.domains.cad.inspect import Measurement, measure_stl
 from posttrain.domains.cad.levels import FAMILIES, build
 from posttrain.domains.cad.render import RenderOutcome, refusal, render
@@ -284,7 +285,7 @@ class CadEnv:
         except ValueError as err:
             return [Score(0.0, "env_score", {"checks": names, "measured": {}, **meta, "error": str(err)})]
         checks = run_checks(e, m)
-        value = sum(c.ok for c in checks) / len(checks)
+        value = share(checks)  # envelope checks earn only with the geometry inside (checks.earned)
         details = {"checks": {c.name: c.ok for c in checks}, "measured": m.summary(), **meta}
         if unit:  # a sub-unit: step k's own checks only, 0 when given work is broken (checks.unit_value)
             v = unit_value(part, unit, checks)

@@ -9,7 +9,9 @@ fails). Units are not converted: the answer is in the unit the question names. L
 the figure as stated (equal to 1e-9 relative); levels 4-5 pass within half a unit of the last
 place the question asks for, measured from the exact result. A name is compared after
 lowercasing and dropping punctuation and articles; it may sit in a short sentence ("It is Lena
-Hoffmann.").
+Hoffmann."), but every word outside the name must be one of FILLER: a hedge that lists candidates
+("Graz or Oakridge Advisory", "Oakridge Advisory, maybe Graz") holds words that are no filler and
+fails, as a numeric answer holding two numbers does.
 
 Traceability. Each citation is {"section": id, "quote": text}. A quote counts only when it occurs
 verbatim (whitespace collapsed, surrounding quote marks and "..." trimmed) in the cited section's
@@ -42,6 +44,9 @@ NUMBER = re.compile(r"(?<![\w.])[-\u2212]?\d(?:[\d,]*\d)?(?:\.\d+)?(?!\w|\.\d)")
 WORD = re.compile(r"[A-Za-z]{2,}")
 TRIM = " \t\n\"'`\u201c\u201d\u2018\u2019"
 ARTICLES = {"the", "a", "an"}
+# the only words a name answer may hold besides the name: a short sentence around ONE name
+FILLER = {"it", "is", "was", "its", "answer", "name", "named", "called", "this", "that", "person", "company",
+          "firm", "entity", "mr", "ms", "mrs", "dr"}
 
 
 def squash(text: str) -> str:
@@ -76,9 +81,16 @@ def check_answer(reference: Mapping[str, Any], answer: str) -> tuple[bool, str]:
         want, got = _words(gold), _words(answer)
         if not got:
             return False, "empty answer"
-        if not any(got[i:i + len(want)] == want for i in range(len(got) - len(want) + 1)):
+        at = [i for i in range(len(got) - len(want) + 1) if got[i:i + len(want)] == want]
+        if not at:
             return False, f"not {gold!r}"
-        return (True, "") if len(got) <= len(want) + 4 else (False, "the name is buried in a long answer")
+        extra = got[:at[0]] + got[at[0] + len(want):]
+        if len(extra) > 4:
+            return False, "the name is buried in a long answer"
+        other = [w for w in extra if w not in FILLER]
+        if other:
+            return False, f"the answer holds words besides the name ({' '.join(other)}): one name, not candidates"
+        return True, ""
     found = sorted(set(numbers(answer)))
     if len(found) != 1:
         return False, f"the answer holds {len(found)} numbers, not one"

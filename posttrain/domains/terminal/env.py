@@ -55,7 +55,8 @@ from posttrain.domains.terminal.session import (
     write_files,
 )
 from posttrain.domains.terminal.task import TerminalTask, cached_task
-from posttrain.domains.terminal.verify import snapshot, verify
+from posttrain.domains.terminal.verify import verify
+from posttrain.domains.terminal.workspace import snapshot
 from posttrain.sandbox.isolation import BwrapIsolation
 from posttrain.sandbox.workdir import remove_work_dir
 from posttrain.core.types import Message, Score, Task
@@ -203,7 +204,7 @@ class TerminalEnv:
         return await self._session.run("bash /solution/solve.sh", self._task.agent_timeout)
 
     def state(self) -> Any:
-        """Stops every process of the episode, then snapshots the work dir (verify.snapshot)."""
+        """Stops every process of the episode, then snapshots the work dir (workspace.snapshot)."""
         if self._work is None or self._task is None:
             return None
         if self._session is not None:

@@ -1,29 +1,34 @@
 """Score a terminal episode from its saved final files alone: the task's tests in a FRESH sandbox.
 
-    state = snapshot(work_dir, task_dir)            # JSON-able: what Trajectory.final_state holds
+    state = snapshot(work_dir, task_dir)            # workspace.py; what Trajectory.final_state holds
     score = verify(task, state, isolation=shared_isolation(), work_root=root)
     score.value, score.details["checks"], score.details["events"]
 
-`verify` writes the state's files into a new directory (symlinks last, never followed; anything
-the episode left under tests/ is dropped; reward files it planted are deleted, with an event),
-mounts the task's own tests read-only at /work/tests (they can be neither edited, renamed nor
-removed from inside), and runs harness/runner.py as the sandbox's main program: no process of
-the episode exists there. pytest and its dependencies come read-only from this Python's own
-environment (PYTEST_MODULES, mounted under /opt/posttrain-pytest), whatever the system Python has.
+Before `verify` runs, every process of the episode is dead (env.state() kills the sandbox's pid 1,
+which tears down its pid namespace). `verify` writes the state's files into a new directory
+(workspace.restore: links last, never followed; a link that leads out of the workspace, too many
+files, over-long paths or too many bytes refuse the workspace: reward 0 with `workspace_refused`
+and the reason, never an infrastructure error; planted reward files are deleted, with an event),
+copies the task's tests from the task folder into a directory OUTSIDE it, mounted read-only at
+/tests (the episode never saw them and could not have linked to them), and runs harness/runner.py
+as the sandbox's main program: no process of the episode exists there. pytest and its
+dependencies are a copy, made once per process, of this Python's own (verifier_tools), mounted
+read-only at TOOLS_DIR: the sandbox can read it wherever the venv lives.
 
 The verdict is the one line the runner writes with an HMAC under a key made for this run and
 sent on its stdin; see harness/runner.py for why the code under test cannot produce it. A line
 with a wrong MAC voids the run (`forged_verdict`, reward 0); no line (the runner was killed at
-the time limit) is reward 0 with `verifier_timeout` / `no_verdict`. A sandbox that does not start
-is an InfraError. Reward: with [[checks]], the summed weights of the checks whose files all pass
-over the total; without, 1.0 when every test_*.py passes (times test.sh's number when there is
-one: a test.sh alone may give partial reward). A pytest file passes when it collected at least
-one test and every test passed; test.sh passes (in a check) when it wrote exactly 1.
+the time limit) is reward 0 with `verifier_timeout` / `no_verdict`. A sandbox that does not start,
+or a host that cannot write the verification dir (disk full), is an InfraError. Reward: with
+[[checks]], the summed weights of the checks whose files all pass over the total; without, 1.0
+when every test_*.py passes (times test.sh's number when there is one: a test.sh alone may give
+partial reward). A pytest file passes when it collected at least one test and every test passed;
+test.sh passes (in a check) when it wrote exactly 1.
 """
 
 from __future__ import annotations
 
-import base64
+import errno
 import hashlib
 import hmac
 import importlib.util
@@ -31,116 +36,69 @@ import json
 import math
 import os
 import secrets
-import stat
+import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any
 
-from posttrain.envs.env import InfraError
+from posttrain.core.types import Score
 from posttrain.domains.terminal.programs import RUNNER
 from posttrain.domains.terminal.task import TEST_SH, TerminalTask
+from posttrain.domains.terminal.workspace import MAX_ENTRIES, Refused, restore, snapshot
+from posttrain.envs.env import InfraError
 from posttrain.sandbox.isolation import BwrapIsolation, Limits, resolve, sandbox_env
 from posttrain.sandbox.process import Command, run_command
-from posttrain.sandbox.workdir import check_relative_path, remove_work_dir
-from posttrain.core.types import Score
+from posttrain.sandbox.workdir import remove_work_dir
+
+__all__ = ["verify", "snapshot", "read_verdict", "reward_of", "verifier_tools"]
 
 VERDICT = "POSTTRAIN-TERMINAL-VERDICT "
-PYTEST_DIR = "/opt/posttrain-pytest"
+TESTS_DIR = "/tests"  # where the task's tests are mounted, read-only, outside the workspace
+TOOLS_DIR = "/opt/posttrain-verifier"  # verifier_tools(): site/ = pytest and its dependencies
+PRIVATE_DIR = "/run/posttrain-verifier"  # the runner's own scratch (pytest's basetemp), unlistable
 PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
 _REQUIRED = ("pytest", "_pytest", "pluggy", "iniconfig")
-MAX_STATE_BYTES = 16 << 20
-REWARD_NAMES = ("reward.txt", "reward.json")
+_HOST_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
+_tools: dict[str, str] = {}
+_tools_lock = threading.Lock()
 
 
-def snapshot(work_dir: str, task_dir: str, max_bytes: int = MAX_STATE_BYTES) -> dict[str, Any]:
-    """The work dir as JSON: regular files (base64 + mode), dirs (mode), symlinks (target); links
-    are never followed, special files are skipped. Past `max_bytes` of files: `over_cap`, no files."""
-    files: dict[str, dict] = {}
-    dirs: dict[str, int] = {}
-    links: dict[str, str] = {}
-    skipped: list[str] = []
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(work_dir):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, work_dir)
-            try:
-                st = os.lstat(full)
-                if stat.S_ISLNK(st.st_mode):
-                    links[rel] = os.readlink(full)
-                elif stat.S_ISDIR(st.st_mode):
-                    dirs[rel] = stat.S_IMODE(st.st_mode)
-                elif stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-                    if total > max_bytes:
-                        return {"task_dir": task_dir, "files": {}, "dirs": {}, "links": {}, "skipped": [],
-                                "bytes": total, "over_cap": True}
-                    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    with os.fdopen(fd, "rb") as f:
-                        data = f.read(max_bytes + 1)
-                    files[rel] = {"data": base64.b64encode(data).decode(), "mode": stat.S_IMODE(st.st_mode)}
-                else:
-                    skipped.append(rel)
-            except OSError:
-                skipped.append(rel)
-    return {"task_dir": task_dir, "files": files, "dirs": dirs, "links": links, "skipped": sorted(skipped),
-            "bytes": total, "over_cap": False}
+def _copy_readable(src: str, dst: str) -> None:
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.pyc.*"))
+    else:
+        shutil.copy2(src, dst)
+    for dirpath, dirnames, filenames in os.walk(dst):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
 
 
-def _planted(rel: str) -> bool:
-    return os.path.basename(rel) in REWARD_NAMES or rel.startswith("logs/verifier")
-
-
-def restore(state: dict, dest: str) -> list[str]:
-    """Write a snapshot into the empty dir `dest` (tests/ and planted reward files left out); events."""
-    events: set[str] = set()
-    entries = [(check_relative_path("state", p), v) for p, v in state.get("files", {}).items()]
-    dirs = [(check_relative_path("state", p), m) for p, m in state.get("dirs", {}).items()]
-    links = [(check_relative_path("state", p), t) for p, t in state.get("links", {}).items()]
-
-    def keep(rel: str) -> bool:
-        if rel == "tests" or rel.startswith("tests/"):  # the task's own tests are mounted there
-            return False
-        if _planted(rel):
-            events.add("planted_reward_file")
-            return False
-        return True
-
-    for rel, _mode in sorted(dirs):
-        if keep(rel):
-            os.makedirs(os.path.join(dest, rel), exist_ok=True)
-    for rel, entry in entries:
-        if keep(rel):
-            full = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(base64.b64decode(entry["data"]))
-            os.chmod(full, int(entry["mode"]) & 0o777)
-    for rel, target in links:  # last: nothing is ever written through them
-        full = os.path.join(dest, rel)
-        if keep(rel) and not os.path.lexists(full) and os.path.isdir(os.path.dirname(full)):
-            os.symlink(str(target), full)
-    for rel, mode in sorted(dirs, reverse=True):  # modes last, deepest first (a 0o555 dir was written into)
-        if keep(rel):
-            os.chmod(os.path.join(dest, rel), (int(mode) & 0o777) | 0o700)
-    return sorted(events)
-
-
-def pytest_binds() -> list[tuple[str, str]]:
-    """(host path, sandbox path) of pytest and its dependencies, from this Python's environment."""
-    binds = []
-    for name in PYTEST_MODULES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            if name in _REQUIRED:
-                raise InfraError(f"terminal verifier: {name} is not installed in {sys.prefix} (pip install pytest)")
-            continue
-        origin = Path(spec.origin)
-        src = origin.parent if origin.name == "__init__.py" else origin
-        binds.append((str(src), f"{PYTEST_DIR}/{src.name}"))
-    return binds
+def verifier_tools(work_root: str) -> str:
+    """A host dir, made once per work root, that the verification sandbox mounts read-only at
+    TOOLS_DIR: `site/` holds a COPY of pytest and its dependencies from this Python's environment
+    (readable by the sandbox uid wherever the venv lives: under a 0700 home, /root, a mktemp -d
+    dir; bwrap opens a bind's source as the sandbox uid, so binding the venv itself would fail)."""
+    with _tools_lock:
+        done = _tools.get(work_root)
+        if done is not None:
+            return done
+        tools = tempfile.mkdtemp(prefix="verifier-tools-", dir=work_root)
+        site = os.path.join(tools, "site")
+        os.mkdir(site)
+        for name in PYTEST_MODULES:
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.origin is None:
+                if name in _REQUIRED:
+                    raise InfraError(f"terminal verifier: {name} is not installed in {sys.prefix} (pip install pytest)")
+                continue
+            origin = Path(spec.origin)
+            src = origin.parent if origin.name == "__init__.py" else origin
+            _copy_readable(str(src), os.path.join(site, src.name))
+        os.chmod(tools, 0o755)
+        _tools[work_root] = tools
+        return tools
 
 
 def _write_tests(task: TerminalTask, dest: str) -> None:
@@ -197,36 +155,51 @@ def _error_of(verdict: dict) -> str | None:
     return f"{TEST_SH}: {sh['error']}" if sh.get("error") else None
 
 
+def _refused(e: Refused, events: list[str]) -> Score:
+    return Score(0.0, "env_score", {"checks": {}, "events": sorted({*events, "workspace_refused", e.event}),
+                                    "error": f"workspace refused: {e}"})
+
+
 def verify(task: TerminalTask, state: dict, *, isolation: BwrapIsolation, work_root: str,
            memory_bytes: int = 2 << 30, nproc: int = 128) -> Score:
     """Run the task's tests over the state's files in a fresh sandbox; the Score (module docstring)."""
-    if state.get("over_cap"):
-        return Score(0.0, "env_score", {"checks": {}, "events": ["state_over_cap"],
-                                        "error": f"the final files exceed {MAX_STATE_BYTES >> 20} MiB"})
+    tools = verifier_tools(work_root) if task.pytest_files else None
     root = tempfile.mkdtemp(prefix="verify-", dir=work_root)
     try:
         os.chmod(root, 0o711)
-        work, tests = os.path.join(root, "work"), os.path.join(root, "tests")
+        work, tests, private = (os.path.join(root, d) for d in ("work", "tests", "private"))
         os.mkdir(work)
-        events = restore(state, work)
-        os.makedirs(os.path.join(work, "tests"), exist_ok=True)  # the mount point of the read-only tests
+        try:
+            events = restore(state, work)
+        except Refused as e:
+            return _refused(e, [])
+        except ValueError as e:  # a path in the state that is not a plain relative path
+            return _refused(Refused("bad_path", str(e)), [])
+        except OSError as e:
+            if e.errno in _HOST_ERRNOS:
+                raise InfraError(f"terminal verifier: the host could not restore the workspace: {e}") from e
+            return _refused(Refused("unrestorable", f"{type(e).__name__}: {e.strerror or e}"), [])
         isolation.prepare_work_dir(work)
         os.mkdir(tests)
         _write_tests(task, tests)
+        os.mkdir(private)
+        os.chmod(private, 0o733)  # the sandbox uid may create entries, not list them (when we are root)
         key = secrets.token_bytes(32)
-        job = {"key": key.hex(), "pytest_dir": PYTEST_DIR, "pytest_files": list(task.pytest_files),
-               "test_sh": task.has_test_sh, "timeout": task.verifier_timeout}
+        job = {"key": key.hex(), "tests": TESTS_DIR, "site": f"{TOOLS_DIR}/site", "private": PRIVATE_DIR,
+               "name": secrets.token_hex(16), "pytest_files": list(task.pytest_files), "test_sh": task.has_test_sh,
+               "timeout": task.verifier_timeout}
         python = resolve("python3", ("/usr/bin/python3",))
         if python is None:
             raise InfraError("terminal verifier: python3 not found under /usr")
-        binds = [(tests, "/work/tests"), *(pytest_binds() if task.pytest_files else [])]
+        binds = [(tests, TESTS_DIR), *([(tools, TOOLS_DIR)] if tools else [])]
         limits = Limits(memory_bytes=memory_bytes, cpu_seconds=int(math.ceil(task.verifier_timeout)) + 5,
                         nproc=nproc, fsize_bytes=64 << 20, nofile=256)
-        argv, cwd = isolation.command([python, "-I", "-S", "-B", "-c", RUNNER], work, limits, binds)
+        argv, cwd = isolation.command([python, "-I", "-S", "-B", "-c", RUNNER], work, limits, binds,
+                                      rw_binds=[(private, PRIVATE_DIR)])
         try:
             out = run_command(Command(argv=argv, cwd=cwd, env=sandbox_env(work, True), stdin=json.dumps(job).encode(),
-                                      timeout=task.verifier_timeout + 10.0, output_limit=1 << 20, work_dir=work,
-                                      disk_bytes=1 << 30, disk_entries=50000, pid_namespace=True))
+                                      timeout=task.verifier_timeout + 10.0, output_limit=1 << 20, work_dir=root,
+                                      disk_bytes=1 << 30, disk_entries=2 * MAX_ENTRIES + 1000, pid_namespace=True))
         except Exception as e:  # SandboxError: bwrap could not even be started
             raise InfraError(f"terminal verifier: {e}") from e
     finally:

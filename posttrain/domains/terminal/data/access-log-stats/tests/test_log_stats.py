@@ -3,7 +3,7 @@
 from collections import Counter
 from pathlib import Path
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 ORIGINAL = Path(__file__).resolve().parent / "access_original.log"
 
 

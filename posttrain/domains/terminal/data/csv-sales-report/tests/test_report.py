@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 ORIGINAL = Path(__file__).resolve().parent / "sales_original.csv"
 
 

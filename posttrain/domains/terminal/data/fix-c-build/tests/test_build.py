@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 SOURCES = {"main.c": "0b9c2e175dbe7b9c233f197471aadede1510aa05d946a522e0036db76e5310fa", "mathutil.c": "96b97e56c90bf58c7cd16936b0ae22027021cfb94113c5d428ffd124940b0f30"}
 
 

@@ -6,7 +6,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 GREET = WORK / "tools" / "greet"
 
 

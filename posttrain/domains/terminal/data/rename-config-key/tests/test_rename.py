@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 EXPECTED = Path(__file__).resolve().parent / "expected" / "conf"
 
 
@@ -12,6 +12,12 @@ def files_under(root):
 
 def test_same_files():
     assert files_under(WORK / "conf") == files_under(EXPECTED)
+
+
+def test_no_links():
+    """The agent's files are its own: a link to our expected copy would compare a file with itself."""
+    links = [str(p) for p in (WORK / "conf").rglob("*") if p.is_symlink()]
+    assert not links, links
 
 
 def test_ini_files_renamed():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORK = Path(__file__).resolve().parent.parent
+WORK = Path("/work")  # the workspace; these tests live in /tests, outside it
 PY = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
 APP_SHA256 = "54ac717126e72e65e9b35e789409fd31a6abd71eebabde9031ca9a9cf3030625"
 SETTINGS = {
