@@ -12,7 +12,7 @@ from posttrain.domains.cad.env import CadEnv
 from posttrain.domains.cad.levels import build
 from posttrain.domains.cad.spec import script
 from posttrain.envs.env import Resources
-from tests.unit.envs.cad.cad_helpers import task
+from tests.unit.domains.cad.cad_helpers import task
 
 
 def _part(t):

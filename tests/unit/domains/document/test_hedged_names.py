@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from posttrain.domains.document.cite import check_answer
 from posttrain.envs.env import Resources, make_env
-from tests.unit.envs.document.helpers import gold_citations, tasks
+from tests.unit.domains.document.helpers import gold_citations, tasks
 
 GOLD = {"value": "Oakridge Advisory", "answer": "Oakridge Advisory", "decimals": None}
 
