@@ -16,7 +16,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from posttrain.rl.buffer import read_checked_pickle, write_checked_pickle
+from posttrain.core.fsio import read_checked_pickle, write_checked_pickle
 from posttrain.core.errors import ConfigError
 from posttrain.core.fsio import write_text_atomic
 

@@ -1,20 +1,22 @@
 """`cluster.backend: ray`: rollout and sandbox workers as Ray actors, supervised.
 
     ray_init.py    connect(cfg.cluster): a loopback-only local cluster, or an existing one by address
-    rollout.py     RolloutWorker actors behind RayEngine (a plain `Engine`)
+    engine.py      RolloutWorker actors behind RayEngine (a plain `Engine`)
     sandbox.py     SandboxWorker actors behind RaySandbox (a `Sandbox`)
     supervisor.py  what a dead worker is, and the one-line record of each death
-    trainer.py     RayTrainer: train_step in an actor holding policy + optimizer (not wired, not supervised)
 
 The recipe calls `make_engine_for(cfg, tokenizer, device)` in place of `ENGINES[...](...)`, and
 `install_sandbox_for(cfg)` once; with `cluster.backend: local` both do what the recipe did before.
 Ray is an optional extra (`pip install posttrain[ray]`): it is imported only for backend ray.
-The recipe does not use the trainer actor yet: its trainer stays in the driver (or torch.distributed).
+The trainer stays in the driver (or torch.distributed: train/trainer.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from posttrain.engine.options import engine_options
+from posttrain.engine.protocol import ENGINES
 
 DEFAULT_SANDBOX_WORKERS = 2
 
@@ -23,10 +25,7 @@ def make_engine_for(cfg: Any, tokenizer: Any, device: Any) -> Any:
     """The rollout engine of an RL config: `ENGINES[cfg.rollout.engine]` in this process (backend
     local), or a `RayEngine` over `cfg.cluster.rollout_workers` actors (backend ray; connects first).
     On a CUDA driver each worker asks Ray for one GPU and builds its engine on "cuda"."""
-    from posttrain.recipes.rl import engine_options
-    from posttrain.engine.protocol import ENGINES
-
-    options = engine_options(cfg, device)
+    options = engine_options(cfg.rollout, dtype=cfg.model.dtype, device=device)
     if cfg.cluster.backend != "ray":
         return ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **options)
     from posttrain.scale.ray_init import connect
