@@ -58,7 +58,7 @@ from posttrain.rl.collect import Collector
 from posttrain.rl.plan import Planner, make_curricula
 from posttrain.rl.scoring import StepBatch, StepContext
 from posttrain.rl.sync import WeightSync
-from posttrain.scale import install_sandbox_for, make_engine_for
+from posttrain.scale.backend import install_sandbox_for, make_engine_for
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
