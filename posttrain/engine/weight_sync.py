@@ -322,7 +322,7 @@ def _read_safetensors(path: Path, manifest: Manifest) -> dict[str, torch.Tensor]
 
 
 def make_transport(cfg: Any, run_dir: str | os.PathLike) -> Transport:
-    """The transport `cluster.weight_sync` names (config_cluster.py): inprocess, or directory (in
+    """The transport `cluster.weight_sync` names (config/cluster.py): inprocess, or directory (in
     `dir`, default RUN_DIR/weights)."""
     if cfg.transport == "inprocess":
         return InProcessTransport()

@@ -7,7 +7,7 @@ min_score < 1, lower-quality successes (min_score <= score < 1) are kept as well
 quality, and none by content either -- so add only fresh trajectories, never a replayed one again (it
 would be stored a second time under a new step).
 
-Replay by share of trajectories (`replay_plan`; placed by scheduler/core.py). A step trains
+Replay by share of trajectories (`replay_plan`; placed by rl/plan.py). A step trains
 on up to N = P x K trajectories (P = prompts_per_step groups of K = samples_per_prompt). With
 ratio rho in [0, 0.5], R = round(rho N) of them are stored successes, placed in replay groups: a
 past task with m <= M = floor(K/2) stored successes (distinct, of that task) + K - m fresh samples

@@ -1,4 +1,4 @@
-"""The RL trainer on N ranks, driven from the main process (rank 0): what recipes/rl.py calls.
+"""The RL trainer on N ranks, driven from the main process (rank 0): train/trainer.py DistTrainer.
 
     trainer = spawn_trainer_ranks(cfg, total_updates=steps * updates_per_step, pad_id=tok.pad_token_id)
     metrics = trainer.train_step(groups)        # the Trainer protocol of train/trainer.py
