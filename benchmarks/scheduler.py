@@ -29,7 +29,7 @@ episodes age and those older than --max-staleness versions are cancelled and re-
 - FIFO static batching: the tasks in arrival order (each batch --short short and --long long
   tasks, shuffled), one `posttrain.envs.rollout.rollout()` call per batch, waited for entirely
   (every episode, long or short) before the next; groups without signal are dropped;
-- ours: `posttrain.rl.collect.Scheduler.run_step` with `scheduler.close: enough`,
+- ours: `posttrain.rl.collect.Collector.collect` with `scheduler.close: enough`,
   `over_provision: 1.5`, lanes on (`long_share: 0.25`), dynamic sampling on (--max-attempts
   rounds, default the RL default 3; at most 4 x prompts_per_step groups a step): a step closes
   once prompts_per_step groups with signal are done, the unfinished tail carries over.
@@ -278,7 +278,8 @@ def run_fifo(engine, tok, clock, args, stop_ids) -> dict:
 def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
     from posttrain.config.base import validate
     from posttrain.config.rl import RLConfig
-    from posttrain.rl.collect import Scheduler
+    from posttrain.rl.collect import Collector
+    from posttrain.rl.plan import Planner
     from posttrain.rl.scoring import StepContext
     from posttrain.tasks.mixture import Mixture
 
@@ -297,11 +298,12 @@ def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
     ctx = StepContext(cfg, engine, tok, mixture, None, stop_ids=stop_ids, version=0)
     signal, short_ids, totals = Counter(), set(), Counter()
     waits: dict[str, list[float]] = {"fast": [], "long": []}
-    with Scheduler(ctx, {}) as sched:
+    planner = Planner(ctx, {})
+    with Collector(ctx, planner) as sched:
         t0, busy0 = _begin(engine, clock)
         for step in range(args.steps):
             now = time.perf_counter()
-            batch = sched.run_step(step, 1.0)
+            batch = sched.collect(planner.plan(step), 1.0)
             ctx.version += 1  # as after a weight sync: carried-over episodes age
             st = batch.stats
             for g in batch.kept:
@@ -317,7 +319,7 @@ def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
                 f"rounds {st['rollout_attempts']}, carried {st['sched/carried_over']:.0f}, cancelled {st['sched/cancelled']:.0f}, "
                 f"engine busy {st['sched/engine_busy']:.0%}, long-slot occupancy {st['sched/slot_occupancy']:.0%}")
         wall, busy = time.perf_counter() - t0, clock.busy - busy0
-        ledger = dict(sched.ledger)
+        ledger = dict(planner.ledger.counts)
     return _summary("ours (Scheduler, close: enough)", wall, busy, int(totals["sched/groups_started"]), signal,
                     sorted(short_ids), {"cancelled": int(totals["sched/cancelled"]), "ledger": ledger,
                                         "queue_wait_p95_max": {k: max(v, default=0.0) for k, v in waits.items()}})

@@ -5,17 +5,20 @@ and the one JSONL reader whose errors name the file and line.
     with atomic_file(path, "wb") as f: ...   # the same for any writer
     replace_dir(built, dst)         # a fully built directory takes dst's place
     for where, record in read_jsonl(path, required=("task_id",)): ...   # where = "file:line"
+    write_checked_pickle(path, payload); read_checked_pickle(path, what)   # MAGIC + pickle + sha256 trailer
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-from posttrain.core.errors import DataError
+from posttrain.core.errors import CheckpointError, DataError, one_line
 
 
 @contextmanager
@@ -80,3 +83,58 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Itera
                     what = "missing" if key not in record else f"a {type(record[key]).__name__}, not a string"
                     raise DataError(f"{where}: {key!r} is {what}")
             yield where, record
+
+
+# ---- checked pickles (the replay buffer's entries, the RL scheduler's queue)
+
+_MAGIC = b"posttrain-replay-buffer 1\n"
+_TRAILER = b"sha256:"
+_DIGEST_HEX = 64
+_PICKLE_PROTOCOL = 5
+
+
+
+class _HashingWriter:
+    """A file wrapper that hashes everything written through it (pickle streams; no big bytes copy)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+
+def write_checked_pickle(path: Path, payload: dict) -> None:
+    """MAGIC + pickle + 'sha256:<hex>', written atomically (temp file, fsync, os.replace)."""
+    with atomic_file(path, "wb", fsync=True) as f:
+        f.write(_MAGIC)
+        writer = _HashingWriter(f)
+        pickle.dump(payload, writer, protocol=_PICKLE_PROTOCOL)
+        f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
+
+
+def read_checked_pickle(path: Path, what: str = "replay buffer") -> dict:
+    """A payload written by `write_checked_pickle`, checked (header, checksum); `what` names it in errors."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{what} file {path} is missing") from None
+    except OSError as e:
+        raise CheckpointError(f"cannot read {what} file {path}: {one_line(e, None)}") from None
+    tail = len(_TRAILER) + _DIGEST_HEX
+    if not data.startswith(_MAGIC):
+        raise CheckpointError(f"{what} file {path} is not a posttrain {what} (bad header)")
+    if len(data) < len(_MAGIC) + tail or not data[-tail:].startswith(_TRAILER):
+        raise CheckpointError(f"{what} file {path} is truncated (no checksum trailer)")
+    body = data[len(_MAGIC) : -tail]
+    if hashlib.sha256(body).hexdigest().encode("ascii") != data[-_DIGEST_HEX:]:
+        raise CheckpointError(f"{what} file {path} is corrupt (checksum mismatch)")
+    try:
+        payload = pickle.loads(body)
+    except Exception as e:  # the classes it names may have moved or changed
+        raise CheckpointError(f"{what} file {path} cannot be unpickled: {one_line(e, None)}") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{what} file {path} is malformed: payload is {type(payload).__name__}, not dict")
+    return payload

@@ -11,7 +11,7 @@
         client.busy_seconds, client.wall_seconds()   # differences over any interval: the busy fraction
         client.requeued_turns, client.idle_fraction()
 
-The client owns one `EngineRunner` (rollout/runner.py, also the server's engine thread): a
+The client owns one `EngineRunner` (engine/runner.py, also the server's engine thread): a
 `SteppingEngine` (the paged engine) takes each request as it arrives and is stepped while any is
 unfinished, so turns of hundreds of episodes are batched continuously while other episodes run
 tools; a plain `Engine` (HF, scripted) gets what arrived within `batch_window_s` as one
@@ -41,8 +41,9 @@ Who may touch the engine, when:
   that with `runner.call`s still in flight;
 - after `close()`: the caller's.
 
-Weight sync with a pause mode: `await client.sync_weights(source, version, pause=...)` first
-receives and verifies the transfer (rollout/weight_sync.py: a Transport, a Delivery, or a plain
+Weight sync with a pause mode (in RL, rl/sync.py's WeightSync is its one caller):
+`await client.sync_weights(source, version, pause=...)` first
+receives and verifies the transfer (engine/weight_sync.py: a Transport, a Delivery, or a plain
 state dict with its version) off the loop while the engine keeps serving; a failed transfer
 raises WeightSyncError and nothing is paused or swapped. Then, by `pause`:
 - "finish": requests made from then on are held; those in flight run to the end on the old
@@ -69,6 +70,7 @@ from typing import Sequence
 from posttrain.core.errors import ConfigError
 from posttrain.engine.protocol import Completion, Engine, SamplingParams, StepOutput
 from posttrain.engine.runner import EngineRunner
+from posttrain.engine.weight_sync import as_delivery
 
 PAUSE_MODES = ("finish", "abort", "continue")
 
@@ -210,8 +212,6 @@ class AsyncEngine:
     async def sync_weights(self, source, version: int | None = None, *, pause: str = "abort") -> int:
         """Receive, verify and swap in new weights with a pause mode (module docstring); returns
         the version now served. Called while already suspended, it swaps and stays suspended."""
-        from posttrain.engine.weight_sync import as_delivery
-
         if pause not in PAUSE_MODES:
             raise ConfigError(f"cluster.weight_sync.pause must be one of {', '.join(PAUSE_MODES)}, got {pause!r}")
         delivery = await asyncio.to_thread(as_delivery, source, version)  # raises before anything pauses

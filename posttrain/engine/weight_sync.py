@@ -1,7 +1,7 @@
 """Versioned, checksummed weight transfers from the trainer to an engine, swapped in at once.
 
     manifest = make_manifest(state_dict, version)      # per tensor: name, dtype, shape, bytes, crc32
-    transport = DirectoryTransport(run_dir / "weights", keep=2)   # or InProcessTransport(), DistTransport(group)
+    transport = DirectoryTransport(run_dir / "weights", keep=2)   # or InProcessTransport()
     transport.send(state_dict, version)                # the trainer's side
     receive_and_swap(engine, transport)                # the engine's side: verify all, then one update_weights
     await client.sync_weights(transport, pause="finish")   # the same through the async client (client.py)
@@ -19,14 +19,11 @@ Transports:
 - `DirectoryTransport`: the sender writes DIR/v{N}.tmp/model.safetensors (plain safetensors,
   readable by `safetensors.safe_open`) and manifest.json, fsyncs them, renames the folder to
   DIR/v{N} (atomic) and keeps the newest `keep` versions; the receiver reads only committed folders;
-- `DistTransport`: over a torch.distributed group (gloo on CPU): the manifest by
-  broadcast_object_list, then the tensors' bytes flattened into buckets of `bucket_bytes`, one
-  broadcast each; every rank but `src` receives and verifies.
 
 CRC-32 (zlib, ~2 GB/s on one core here; sha256 1.7 GB/s, blake2b 0.8 GB/s) detects corruption in
 transit and on disk; it is not a defence against someone forging weights. Checksums are computed
 on CPU copies of the bytes. Not here: compression, deltas between versions, sharded (per-rank)
-state dicts, sending to several engines at once over the network other than by `DistTransport`.
+state dicts, sending over a torch.distributed group, sending to several engines at once.
 """
 
 from __future__ import annotations
@@ -324,80 +321,12 @@ def _read_safetensors(path: Path, manifest: Manifest) -> dict[str, torch.Tensor]
     return state
 
 
-# ---- over a torch.distributed group ----
-
-
-class DistTransport:
-    """Broadcast from rank `src` of `group` (default: the world) to every other rank.
-
-    `send` on `src` and `receive` on the others are collective: every rank of the group makes its
-    call for each version. A peer lost mid-way surfaces as the backend's error, raised here as
-    WeightSyncError; the receivers' engines are untouched."""
-
-    def __init__(self, group: Any = None, *, src: int = 0, bucket_bytes: int = 64 << 20, device: Any = "cpu"):
-        self.group, self.src, self.bucket_bytes, self.device = group, src, bucket_bytes, torch.device(device)
-
-    def _buckets(self, manifest: Manifest) -> list[list[TensorEntry]]:
-        out: list[list[TensorEntry]] = [[]]
-        size = 0
-        for e in manifest.tensors:
-            if out[-1] and size + e.nbytes > self.bucket_bytes:
-                out.append([])
-                size = 0
-            out[-1].append(e)
-            size += e.nbytes
-        return [b for b in out if b]
-
-    def _broadcast(self, what: str, version: Any, fn, *args) -> Any:
-        import torch.distributed as dist
-
-        try:
-            return fn(*args, src=self.src, group=self.group)
-        except (RuntimeError, getattr(dist, "DistError", RuntimeError)) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise WeightSyncError(f"weight sync v{version}: the broadcast of {what} was cut off: {msg}") from None
-
-    def send(self, state_dict: Mapping[str, torch.Tensor], version: int) -> Manifest:
-        import torch.distributed as dist
-
-        manifest = make_manifest(state_dict, version)
-        self._broadcast("the manifest", version, dist.broadcast_object_list, [manifest.to_json()])
-        for bucket in self._buckets(manifest):
-            flat = torch.cat([byte_view(state_dict[e.name]) for e in bucket]).to(self.device)
-            self._broadcast(f"tensors {bucket[0].name}..{bucket[-1].name}", version, dist.broadcast, flat)
-        return manifest
-
-    def receive(self, version: int | None = None) -> Delivery:
-        import torch.distributed as dist
-
-        t0 = time.perf_counter()
-        box: list = [None]
-        self._broadcast("the manifest", version, dist.broadcast_object_list, box)
-        manifest = Manifest.from_json(box[0], f"from rank {self.src}")
-        state: dict[str, torch.Tensor] = {}
-        for bucket in self._buckets(manifest):
-            flat = torch.empty(sum(e.nbytes for e in bucket), dtype=torch.uint8, device=self.device)
-            self._broadcast(f"tensors {bucket[0].name}..{bucket[-1].name}", manifest.version, dist.broadcast, flat)
-            flat, at = flat.cpu(), 0
-            for e in bucket:
-                dtype, piece = _TORCH_DTYPES[e.dtype], flat[at : at + e.nbytes]
-                if at % dtype.itemsize:  # a dtype view needs an aligned offset
-                    piece = piece.clone()
-                state[e.name] = piece.view(dtype).reshape(e.shape)
-                at += e.nbytes
-        t1 = time.perf_counter()
-        if version is not None and manifest.version != version:
-            raise WeightSyncError(f"weight sync v{version}: rank {self.src} sent v{manifest.version}")
-        verify(manifest, state)
-        return Delivery(manifest.version, state, manifest, {"transfer": t1 - t0, "verify": time.perf_counter() - t1})
-
-
 def make_transport(cfg: Any, run_dir: str | os.PathLike) -> Transport:
-    """The transport `cluster.weight_sync` names (config_cluster.py): inprocess, or directory (in
-    `dir`, default RUN_DIR/weights). `dist` needs a process group the caller owns: DistTransport(group)."""
+    """The transport `cluster.weight_sync` names (config/cluster.py): inprocess, or directory (in
+    `dir`, default RUN_DIR/weights)."""
     if cfg.transport == "inprocess":
         return InProcessTransport()
     if cfg.transport == "directory":
         return DirectoryTransport(cfg.dir or Path(run_dir) / "weights")
-    raise WeightSyncError(f"cluster.weight_sync.transport={cfg.transport}: a dist transport needs a torch.distributed "
-                          f"group between trainer and engine ranks; in one process use inprocess or directory")
+    raise WeightSyncError(f"cluster.weight_sync.transport={cfg.transport}: there is no dist transport "
+                          f"(trainer rank 0 and the engine share a process): use inprocess or directory")

@@ -7,7 +7,7 @@ min_score < 1, lower-quality successes (min_score <= score < 1) are kept as well
 quality, and none by content either -- so add only fresh trajectories, never a replayed one again (it
 would be stored a second time under a new step).
 
-Replay by share of trajectories (`replay_plan`; placed by scheduler/core.py). A step trains
+Replay by share of trajectories (`replay_plan`; placed by rl/plan.py). A step trains
 on up to N = P x K trajectories (P = prompts_per_step groups of K = samples_per_prompt). With
 ratio rho in [0, 0.5], R = round(rho N) of them are stored successes, placed in replay groups: a
 past task with m <= M = floor(K/2) stored successes (distinct, of that task) + K - m fresh samples
@@ -58,28 +58,22 @@ entries file raises CheckpointError naming the file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import numbers
 import os
-import pickle
 import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from posttrain.core.errors import CheckpointError
-from posttrain.core.fsio import atomic_file, write_text_atomic
+from posttrain.core.errors import CheckpointError, one_line
+from posttrain.core.fsio import read_checked_pickle, write_checked_pickle, write_text_atomic
 from posttrain.core.types import Task, Trajectory
 
 ENTRIES_FILE = "entries.pkl"
 SUMMARY_FILE = "summary.json"
 FORMAT_VERSION = 1
-_MAGIC = b"posttrain-replay-buffer 1\n"
-_TRAILER = b"sha256:"
-_DIGEST_HEX = 64
-_PICKLE_PROTOCOL = 5
 
 
 @dataclass(frozen=True)
@@ -259,7 +253,7 @@ class ReplayBuffer:
         except CheckpointError:
             raise
         except Exception as e:
-            raise CheckpointError(f"cannot save replay buffer to {directory}: {_one_line(e)}") from e
+            raise CheckpointError(f"cannot save replay buffer to {directory}: {one_line(e, None)}") from e
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "ReplayBuffer":
@@ -285,57 +279,8 @@ class ReplayBuffer:
                 raise ValueError(f"a domain holds more than per_domain_quota={quota} entries")
             buf._stats = {k: int(stats[k]) for k in buf._stats}
         except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"replay buffer file {path} is malformed: {_one_line(e)}") from None
+            raise CheckpointError(f"replay buffer file {path} is malformed: {one_line(e, None)}") from None
         return buf
-
-
-# ---------------------------------------------------------------- file helpers
-
-
-class _HashingWriter:
-    """A file wrapper that hashes everything written through it (pickle streams; no big bytes copy)."""
-
-    def __init__(self, f):
-        self.f = f
-        self.sha = hashlib.sha256()
-
-    def write(self, data) -> int:
-        self.sha.update(data)
-        return self.f.write(data)
-
-
-def write_checked_pickle(path: Path, payload: dict) -> None:
-    """MAGIC + pickle + 'sha256:<hex>', written atomically (temp file, fsync, os.replace)."""
-    with atomic_file(path, "wb", fsync=True) as f:
-        f.write(_MAGIC)
-        writer = _HashingWriter(f)
-        pickle.dump(payload, writer, protocol=_PICKLE_PROTOCOL)
-        f.write(_TRAILER + writer.sha.hexdigest().encode("ascii"))
-
-
-def read_checked_pickle(path: Path, what: str = "replay buffer") -> dict:
-    """A payload written by `write_checked_pickle`, checked (header, checksum); `what` names it in errors."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{what} file {path} is missing") from None
-    except OSError as e:
-        raise CheckpointError(f"cannot read {what} file {path}: {_one_line(e)}") from None
-    tail = len(_TRAILER) + _DIGEST_HEX
-    if not data.startswith(_MAGIC):
-        raise CheckpointError(f"{what} file {path} is not a posttrain {what} (bad header)")
-    if len(data) < len(_MAGIC) + tail or not data[-tail:].startswith(_TRAILER):
-        raise CheckpointError(f"{what} file {path} is truncated (no checksum trailer)")
-    body = data[len(_MAGIC) : -tail]
-    if hashlib.sha256(body).hexdigest().encode("ascii") != data[-_DIGEST_HEX:]:
-        raise CheckpointError(f"{what} file {path} is corrupt (checksum mismatch)")
-    try:
-        payload = pickle.loads(body)
-    except Exception as e:  # the classes it names may have moved or changed
-        raise CheckpointError(f"{what} file {path} cannot be unpickled: {_one_line(e)}") from None
-    if not isinstance(payload, dict):
-        raise CheckpointError(f"{what} file {path} is malformed: payload is {type(payload).__name__}, not dict")
-    return payload
 
 
 def _is_int(x) -> bool:
@@ -344,8 +289,3 @@ def _is_int(x) -> bool:
 
 def _is_real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return f"{type(e).__name__}: {text}"

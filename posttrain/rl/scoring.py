@@ -1,11 +1,11 @@
 """Scoring one RL step's groups: verify, shape rewards, store successes; the step's context and batch.
 
     ctx = StepContext(cfg, engine, tokenizer, mixture, buffer, stop_ids=..., version=3)
-    group = score_group(ctx, task, trajs, replayed, verdicts, seconds)   # -> types.Group
-    batch = StepBatch(kept, generated, stats)     # what scheduler/core.py hands the trainer
+    group = score_group(ctx, task, trajs, replayed, verdicts, seconds, errors=errs)   # -> types.Group
+    batch = StepBatch(kept, generated, stats, verifier_errors, events)   # what rl/collect.py hands the trainer
 
-Every trajectory is verified (a verifier that raises counts as an error and the sample gets no
-score: it is excluded from the group) and its reward shaped; the raw task score is kept apart,
+Every trajectory is verified (a verifier that raises counts as an error, appended to `errors` and
+carried by the step's batch, and the sample gets no score: it is excluded from the group) and its reward shaped; the raw task score is kept apart,
 and what the verifiers report as violations goes into `Trajectory.events`. Up to `per_group`
 distinct fresh successes of each group go into the replay buffer (buffer.py).
 """
@@ -13,7 +13,7 @@ distinct fresh successes of each group go into the replay buffer (buffer.py).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from posttrain.algos.shaping import format_reward, length_penalty, overlong_penalty
 from posttrain.rl.buffer import ReplayBuffer
@@ -31,15 +31,16 @@ class StepContext:
     mixture: Mixture
     buffer: ReplayBuffer | None
     stop_ids: tuple[int, ...] = ()
-    version: int = 0
-    verifier_errors: list[str] = field(default_factory=list)
+    version: int = 0  # the policy version the engine serves: written by rl/sync.py alone
 
 
 @dataclass(frozen=True)
 class StepBatch:
-    kept: list[Group]
-    generated: list[Group]
+    kept: list[Group]  # what the trainer gets
+    generated: list[Group]  # every group the step closed (trained or dropped)
     stats: dict
+    verifier_errors: tuple[str, ...] = ()  # "task id: error" of each verifier that raised
+    events: tuple[str, ...] = ()  # the planner's: breaker trips and recoveries, a step with no new work
 
 
 def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: int) -> float:
@@ -55,11 +56,13 @@ def shaped_reward(raw: float, traj: Trajectory, cfg: RewardConfig, max_tokens: i
 
 
 def score_group(ctx: StepContext, task: Task, trajs: list[Trajectory], replayed: int, verdicts, seconds: float,
-                version: int | None = None) -> Group:
+                version: int | None = None, errors: list[str] | None = None) -> Group:
     raw: list[float | None] = []
     done: list[Trajectory] = []
+    errors_out = errors
     for traj, (scores, errors) in zip(trajs, verdicts):
-        ctx.verifier_errors.extend(f"{task.id}: {e}" for e in errors)
+        if errors_out is not None:
+            errors_out.extend(f"{task.id}: {e}" for e in errors)
         value = None if errors else task_score(scores, task)
         reward = None if value is None else shaped_reward(value, traj, ctx.cfg.reward, ctx.cfg.rollout.max_tokens)
         raw.append(value)

@@ -13,7 +13,7 @@
 A GRPO group whose samples all pass or all fail has zero advantage everywhere: it costs its
 rollout and teaches nothing. With pass probability p per sample, a group of k has mixed outcomes
 with probability 1 - p^k - (1-p)^k, largest at p = 0.5; that is the value the draws weight by
-(scheduler/draw.py). Both tables are JSON-able and go into checkpoints.
+(rl/draw.py). Both tables are JSON-able and go into checkpoints.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ from posttrain.config.rl import RLConfig
 from posttrain.eval.run import stop_ids
 from posttrain.recipes import rl
 from posttrain.engine.protocol import ENGINES
-from posttrain.rl.collect import Scheduler, make_curricula
+from posttrain.engine.options import engine_options
+from posttrain.rl.collect import Collector
+from posttrain.rl.plan import Planner, make_curricula
 from posttrain.rl.scoring import StepContext
 from posttrain.tasks.mixture import build_mixture
 from posttrain.telemetry.metrics import read_metrics
@@ -46,7 +48,7 @@ def synchronous_loop(cfg: RLConfig) -> tuple[list[dict], dict]:
     mixture = build_mixture(cfg.tasks, task_seed=t.task_seed, seed=t.seed)
     tokenizer = load_tokenizer(cfg.model.path)
     policy = load_model(cfg.model.path, dtype="float32", device=torch.device("cpu"))
-    engine = ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **rl.engine_options(cfg, torch.device("cpu")))
+    engine = ENGINES[cfg.rollout.engine](cfg.model.path, tokenizer, **engine_options(cfg.rollout, dtype=cfg.model.dtype, device=torch.device("cpu")))
     optimizer = build_optimizer(policy, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, t.steps * t.updates_per_step)
     b = cfg.buffer
@@ -55,11 +57,12 @@ def synchronous_loop(cfg: RLConfig) -> tuple[list[dict], dict]:
     out = []
     schedule = cfg.rollout.temperature
     steps_per_epoch = schedule.steps_per_epoch or max(1, -(-t.steps // 10))
-    with Scheduler(ctx, make_curricula(cfg.tasks, mixture)) as sched:
+    planner = Planner(ctx, make_curricula(cfg.tasks, mixture))
+    with Collector(ctx, planner) as collector:
         for step in range(t.steps):
             temperature = temperature_at(step, steps_per_epoch=steps_per_epoch, total_steps=t.steps,
                                          start=schedule.start, end=schedule.end, schedule=schedule.schedule)
-            batch = sched.run_step(step, temperature)
+            batch = collector.collect(planner.plan(step), temperature)
             out.append(train_step(policy, ref=None, optimizer=optimizer, scheduler=scheduler, groups=batch.kept,
                                   cfg=cfg, pad_id=tokenizer.pad_token_id))
             engine.update_weights(engine_state_dict(policy), step + 1)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from posttrain.core.errors import CheckpointError
+from posttrain.core.errors import CheckpointError, one_line
 
 SCHEDULER_FILE = "scheduler.pt"
 
@@ -44,8 +44,6 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(f"{type(e).__name__}: {e}".split())
 
 
 def save_dcp(path: str | os.PathLike, policy, optimizer=None, scheduler=None) -> Path:
@@ -66,7 +64,7 @@ def save_dcp(path: str | os.PathLike, policy, optimizer=None, scheduler=None) ->
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
     except (OSError, RuntimeError, ValueError, dcp.api.CheckpointException) as e:
-        raise CheckpointError(f"cannot write distributed checkpoint {path}: {_one_line(e)}") from None
+        raise CheckpointError(f"cannot write distributed checkpoint {path}: {one_line(e, None)}") from None
     return path
 
 
@@ -97,5 +95,5 @@ def load_dcp(path: str | os.PathLike, policy, optimizer=None, scheduler=None) ->
     except CheckpointError:
         raise
     except (OSError, RuntimeError, ValueError, KeyError, dcp.api.CheckpointException) as e:
-        raise CheckpointError(f"distributed checkpoint {path} does not fit this model/optimizer: {_one_line(e)}") \
+        raise CheckpointError(f"distributed checkpoint {path} does not fit this model/optimizer: {one_line(e, None)}") \
             from None

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from posttrain.core.errors import TrainingError
+from posttrain.core.errors import TrainingError, one_line
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -84,9 +84,6 @@ def rank_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def _entry(rank: int, world_size: int, port: int, fn: Callable, args: tuple, results, timeout_s: float) -> None:
@@ -98,7 +95,7 @@ def _entry(rank: int, world_size: int, port: int, fn: Callable, args: tuple, res
     except BaseException as e:  # noqa: BLE001 -- reported to the parent as one line, then exit 1
         last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
         where = f" (at {os.path.basename(last.filename)}:{last.lineno})" if last else ""
-        results.put((rank, _one_line(e) + where, None))
+        results.put((rank, one_line(e, None) + where, None))
         results.close()
         results.join_thread()
         os._exit(1)  # no teardown: a peer may be stuck in a collective with us

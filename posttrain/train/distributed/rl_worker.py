@@ -1,8 +1,8 @@
-"""The RL trainer on N ranks, driven from the main process (rank 0): what recipes/rl.py calls.
+"""The RL trainer on N ranks, driven from the main process (rank 0): train/trainer.py DistTrainer.
 
     trainer = spawn_trainer_ranks(cfg, total_updates=steps * updates_per_step, pad_id=tok.pad_token_id)
-    metrics = trainer.train_step(groups)        # instead of train_step(policy, ref, ...)
-    engine.update_weights(trainer.full_state_dict(), step)
+    metrics = trainer.train_step(groups)        # the Trainer protocol of train/trainer.py
+    state = trainer.engine_weights()            # full_state_dict() under FSDP2; full_model() for checkpoints
     trainer.save(path) / trainer.load(path)     # model + optimizer + LR schedule through DCP
     trainer.close()
 
@@ -28,13 +28,14 @@ from posttrain.train.distributed.checkpoint import load_dcp, save_dcp
 from posttrain.train.distributed.group import free_port, init_group, rank_device, spawn_ranks, teardown
 from posttrain.train.distributed.trainer import dist_train_step, wrap_policy
 from posttrain.core.errors import ConfigError, TrainingError
+from posttrain.core.hf import load_model
+from posttrain.train.optim import build_optimizer, build_scheduler
+from posttrain.train.policy import load_policy
+from posttrain.train.weights import engine_state_dict
 
 
 def build_parts(cfg, total_updates: int, device) -> tuple:
     """(policy: DistPolicy, ref or None, optimizer, scheduler) of this rank, same init on every rank."""
-    from posttrain.train.policy import load_policy
-    from posttrain.train.optim import build_optimizer, build_scheduler
-
     model, ref = load_policy(cfg, device)
     policy = wrap_policy(model, cfg.cluster.trainer)
     optimizer = build_optimizer(policy.model, cfg.optim)
@@ -79,10 +80,14 @@ def _rank_main(rank: int, world: int, cfg, total_updates: int, pad_id: int) -> N
 class DistTrainer:
     """Rank 0's handle on the distributed trainer (see the module docstring)."""
 
+    has_state = True  # every rank's model, optimizer and schedule, through DCP (a checkpoint's trainer/)
+
     def __init__(self, cfg, ranks, parts, pad_id: int, device):
         self.cfg, self.ranks, self.pad_id, self.device = cfg, ranks, pad_id, device
         self.policy, self.ref, self.optimizer, self.scheduler = parts
         self.closed = False
+        # FSDP2: rank 0 holds shards; a whole plain copy for checkpoints and export
+        self.host = load_model(cfg.model.path, dtype="float32", device=device) if self.policy.kind == "fsdp2" else None
 
     @property
     def model(self):
@@ -101,7 +106,9 @@ class DistTrainer:
             raise TrainingError(f"trainer rank 0: {' '.join(str(e).split())[:300]}") from None
 
     def train_step(self, groups, version: int | None = None) -> dict:
-        """dist_train_step on `groups` over all ranks; the global metrics."""
+        """dist_train_step on `groups` over all ranks; the global metrics (no groups: no update)."""
+        if not groups:
+            return {"skipped_updates": 1}
         return self._call(("step", version), lambda: dist_train_step(
             self.policy, self.ref, self.optimizer, self.scheduler, groups, self.cfg, pad_id=self.pad_id,
             device=self.device, version=version))
@@ -111,6 +118,17 @@ class DistTrainer:
         if self.policy.kind == "ddp":  # rank 0 holds them: no collective needed
             return full_state_dict(self.policy)
         return self._call(("state",), lambda: full_state_dict(self.policy))
+
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        """What the rollout engine gets at sync: the full weights (train/weights.py's form under DDP)."""
+        return self.full_state_dict() if self.host is not None else engine_state_dict(self.policy.model)
+
+    def full_model(self):
+        """The policy as one plain model (FSDP2: gathered into the host copy)."""
+        if self.host is not None:
+            self.host.load_state_dict(self.full_state_dict())
+            return self.host
+        return self.policy.model
 
     def save(self, path) -> None:
         """Model + optimizer + LR schedule of every rank to `path` (DCP, posttrain/train/distributed/checkpoint.py)."""

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-import posttrain.rl.buffer as buffer_mod
+import posttrain.core.fsio as fsio
 from posttrain.rl.buffer import replay_plan, ENTRIES_FILE, SUMMARY_FILE, Entry, ReplayBuffer
 from posttrain.core.errors import CheckpointError
 from posttrain.core.types import Limits, Score, Task, Trajectory
@@ -303,7 +303,7 @@ def _forge(path, body: bytes) -> None:
     """A file with a valid header and checksum around an arbitrary body."""
     import hashlib
 
-    path.write_bytes(buffer_mod._MAGIC + body + b"sha256:" + hashlib.sha256(body).hexdigest().encode())
+    path.write_bytes(fsio._MAGIC + body + b"sha256:" + hashlib.sha256(body).hexdigest().encode())
 
 
 def test_well_formed_file_with_bad_content_raises(tmp_path):
@@ -344,7 +344,7 @@ def test_failed_save_leaves_previous_buffer_intact(tmp_path, monkeypatch):
         self.f.write(bytes(data)[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(buffer_mod._HashingWriter, "write", half_then_fail)
+    monkeypatch.setattr(fsio._HashingWriter, "write", half_then_fail)
     with pytest.raises(CheckpointError, match="No space left"):
         newer.save(tmp_path)
     monkeypatch.undo()

@@ -117,7 +117,7 @@ def test_a_worker_killed_mid_batch_is_replaced_on_the_latest_weights_and_only_it
 
 
 def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_model_dir, tiny_tokenizer, batch):
-    from posttrain.scale import install_sandbox_for, make_engine_for
+    from posttrain.scale.backend import install_sandbox_for, make_engine_for
     from posttrain.scale.engine import RayEngine
     from posttrain.config.base import load_config
     from posttrain.config.rl import RLConfig
