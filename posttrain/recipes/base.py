@@ -320,8 +320,7 @@ def run(cfg: BaseConfig) -> Path:
                 _publish(tmp, out_dir)
             else:
                 if not _complete(entry):  # (another process may have finished the same key meanwhile)
-                    shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by an old crash
-                    os.replace(tmp, entry)
+                    replace_dir(tmp, entry)  # (over an incomplete entry left by an old crash)
                 _publish(entry, out_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

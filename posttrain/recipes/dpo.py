@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections import deque
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from posttrain.config.pref import DPOConfig, PrefAlgoConfig
 from posttrain.recipes.pref_loop import console, no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
 from posttrain.core.hf import load_model
+from posttrain.core.fsio import atomic_file
 from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
 from posttrain.train.run import export_final
 from posttrain.train.weights import model_identity
@@ -137,10 +137,8 @@ def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int, *,
     sums, counts = logps_of(ref, items, max_tokens=cfg.train.max_tokens_per_microbatch, pad_id=pad_id,
                             share_prompt=cfg.train.packing, paired=paired)
     del ref
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"sums": sums, "counts": counts, "model": model_identity(cfg.model.path)}, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path, "wb") as f:
+        torch.save({"sums": sums, "counts": counts, "model": model_identity(cfg.model.path)}, f)
     return sums, counts
 
 
