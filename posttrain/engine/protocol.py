@@ -1,10 +1,11 @@
-"""The rollout `Engine` protocol, its request/result types, and the registry of engines.
+"""The rollout `Engine` protocol, its request/result types, and the shared sampler (engines by name:
+`engine/registry.py` ENGINES).
 
 An engine turns prompts (token ids) into completions (token ids + the sampler's logprob of
 each sampled token) under per-request `SamplingParams`, and takes new policy weights with
 `update_weights(state_dict, version)`. Token-in, token-out: nothing is re-tokenized.
 
-    engine = ENGINES["hf"](model_path, tokenizer)          # or HFEngine(model, pad_token_id=...)
+    engine = ENGINES["hf"](model_path, tokenizer)          # engine/registry.py; or HFEngine(model, pad_token_id=...)
     [c] = engine.generate([prompt_ids], [SamplingParams(temperature=1.0, max_tokens=64, seed=7)])
     c.token_ids, c.logprobs, c.finish_reason
 
@@ -157,35 +158,3 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     k = torch.minimum(torch.searchsorted(inner, (x - before).contiguous(), right=True),
                       torch.searchsorted(inner, inner[:, -1:].contiguous(), right=False))
     return (j * CDF_BLOCK + k).squeeze(1)
-
-
-def _hf_engine(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
-    """`model_or_path`: a path (loaded with train.model.load_model; options dtype, device) or an
-    HF causal LM the engine will own. Other options go to HFEngine (max_batch_sequences, ...)."""
-    from posttrain.engine.hf import HFEngine
-
-    if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
-        return HFEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
-    if "pad_token_id" not in options:
-        options["pad_token_id"] = HFEngine.default_pad_token_id(model_or_path, tokenizer)
-    return HFEngine(model_or_path, tokenizer=tokenizer, **options)
-
-
-def _from_module(module: str) -> Callable[..., Engine]:
-    """A factory that imports `module` on first use and calls its `make_engine`."""
-
-    def factory(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
-        import importlib
-
-        return importlib.import_module(module).make_engine(model_or_path, tokenizer, **options)
-
-    return factory
-
-
-# name -> factory(model_or_path, tokenizer, **options) -> Engine
-ENGINES: dict[str, Callable[..., Engine]] = {
-    "hf": _hf_engine,
-    "paged": _from_module("posttrain.engine.paged.engine"),  # the built-in engine
-    "remote": _from_module("posttrain.engine.remote"),  # any OpenAI-compatible endpoint
-    "vllm": _from_module("posttrain.engine.vllm"),  # optional extra, GPUs
-}

@@ -74,7 +74,7 @@ def sample_pairs(engine, tokenizer, tasks, *, samples: int, max_tokens: int, tem
 
 
 def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.tasks.mixture import build_mixture
     from posttrain.train.weights import engine_state_dict
 

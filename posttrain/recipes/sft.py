@@ -169,7 +169,7 @@ class SuiteEngine:
         self.cfg, self.tokenizer, self.device, self.engine = cfg, tokenizer, device, None
 
     def synced(self, model, step: int):
-        from posttrain.engine.protocol import ENGINES
+        from posttrain.engine.registry import ENGINES
         from posttrain.train.weights import engine_state_dict
 
         if self.engine is None:

@@ -24,7 +24,7 @@ def make_engine_for(cfg: Any, tokenizer: Any, device: Any) -> Any:
     local), or a `RayEngine` over `cfg.cluster.rollout_workers` actors (backend ray; connects first).
     On a CUDA driver each worker asks Ray for one GPU and builds its engine on "cuda"."""
     from posttrain.recipes.rl import engine_options
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     options = engine_options(cfg, device)
     if cfg.cluster.backend != "ray":

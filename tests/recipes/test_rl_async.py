@@ -16,7 +16,7 @@ from posttrain.rl.buffer import ReplayBuffer
 from posttrain.config.rl import RLConfig, load_config
 from posttrain.eval.run import stop_ids
 from posttrain.recipes import rl
-from posttrain.engine.protocol import ENGINES
+from posttrain.engine.registry import ENGINES
 from posttrain.rl.collect import Scheduler, make_curricula
 from posttrain.rl.scoring import StepContext
 from posttrain.tasks.mixture import build_mixture

@@ -196,7 +196,7 @@ def test_make_judge_verifier_with_registry_and_rubric_option(tiny_tokenizer):
 
 
 def test_llm_judge_real_run_on_tiny_hf_engine(tiny_model_dir, tiny_tokenizer, monkeypatch):
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     engine = ENGINES["hf"](tiny_model_dir, tiny_tokenizer, dtype="float32", device="cpu")
     calls = []

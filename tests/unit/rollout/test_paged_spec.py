@@ -330,7 +330,7 @@ def test_backoff_after_misses_by_hand(looping_model, prompts):
 
 
 def test_make_engine_speculative_option(tiny_model_dir, tiny_tokenizer, prompts):
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     plain = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative=None)
     assert ENGINES["paged"](tiny_model_dir, tiny_tokenizer).propose is not None  # n-gram drafts by default
