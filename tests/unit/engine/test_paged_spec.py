@@ -13,7 +13,7 @@ import torch
 
 from posttrain.engine import SamplingParams
 from posttrain.engine.paged import PagedEngine
-from tests.unit.rollout.engine_checks import mixed_params
+from tests.unit.engine.engine_checks import mixed_params
 from posttrain.engine.paged.spec import (
     DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )

@@ -19,7 +19,7 @@ from posttrain.engine.paged.cache import dequantize_int8, quantize_int8
 from posttrain.engine.paged.config import ModelSpec, rope_tables
 from posttrain.engine.paged.model import load_safetensors
 from posttrain.core.hf import quiet_hf_progress
-from tests.unit.rollout.engine_checks import greedy, logprob_error
+from tests.unit.engine.engine_checks import greedy, logprob_error
 
 
 def sharpen(model, factor: float = 10.0):
