@@ -21,7 +21,7 @@ Contract every engine keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
