@@ -30,10 +30,12 @@ from rich.console import Console
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config.rl import save_config
 from posttrain.core.errors import CheckpointError, DataError
+from posttrain.tasks.preferences import preference_records
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.lora import trainable_parameters
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+from posttrain.train.pairs import load_pairs
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -79,11 +81,10 @@ class PrefSplit:
 
 def prepare_pairs(data_cfg, tokenizer, *, unpaired: bool = False) -> PrefSplit:
     """Load, check and tokenize the preference data; hold out the eval set."""
-    from posttrain.train.pairs import load_pairs
-
     def load(spec: str, seed: int):
         got = load_pairs(spec, tokenizer, max_prompt_len=data_cfg.max_prompt_len, max_len=data_cfg.max_len,
-                         skip_bad_lines=data_cfg.skip_bad_lines, seed=seed, options=data_cfg.task_options)
+                         skip_bad_lines=data_cfg.skip_bad_lines,
+                         records=preference_records(spec, seed, data_cfg.task_options))
         summary = got.bad_lines_summary()
         if summary:
             console.print(f"[yellow]warning:[/] {summary}")
