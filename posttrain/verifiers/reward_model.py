@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering
 log = logging.getLogger(__name__)
 
 NAME = "reward_model"
-STATS_FILE = "reward_stats.json"  # what train/reward_model.py writes (imported lazily: it needs torch)
+STATS_FILE = "reward_stats.json"  # core/hf.py STATS_FILE (imported lazily: core.hf needs torch)
 NORMALISE = ("stats", "sigmoid")
 OPTIONS = ("path", "normalise", "batch", "timeout_s", "max_length", "gate", "device")
 
@@ -99,7 +99,7 @@ def _read_stats(path: str) -> tuple[float, float] | None:
     if not (Path(path) / STATS_FILE).is_file():
         return None
     from posttrain.core.errors import ModelLoadError
-    from posttrain.train.reward_model import load_reward_stats
+    from posttrain.core.hf import load_reward_stats
 
     try:
         stats = load_reward_stats(path)

@@ -12,8 +12,8 @@ import torch
 
 from posttrain.core.errors import ModelLoadError
 from posttrain.core.hf import load_model, load_tokenizer
-from posttrain.train.reward_model import (RewardStats, load_reward_stats, normalised, reward_model_from_causal_lm,
-                                          save_reward_model, sequence_rewards)
+from posttrain.core.hf import RewardStats, load_reward_stats, normalised
+from posttrain.train.reward_model import reward_model_from_causal_lm, save_reward_model, sequence_rewards
 
 CPU = torch.device("cpu")
 
