@@ -30,8 +30,7 @@ from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config.rl import save_config
 from posttrain.config.pref import DPOConfig
 from posttrain.eval.run import CORRECT, stop_ids
-from posttrain.recipes.dpo import BothFallAlert, PairStep, logps_of
-from posttrain.recipes.pref_loop import console, epoch_batches, start, trainable
+from posttrain.recipes.pref_loop import BothFallAlert, PairStep, console, epoch_batches, logps_of, start, trainable
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.core.hf import load_model
