@@ -21,7 +21,7 @@ Contract every engine keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +49,11 @@ class StepOutput:
 
 @runtime_checkable
 class Engine(Protocol):
+    """What every engine has. Optional capabilities, read through the functions below rather than
+    probed by each caller: `weights_precision` ("exact" when the engine samples with the trainer's
+    fp32 weights, else the dtype's name; `weights_precision(engine)`), `kv_stats()` (KV-cache block
+    counts; `kv_stats(engine)`), `reset_prefix_cache()` (forget cached prefixes; `reset_prefix_cache(engine)`)."""
+
     version: int  # policy version of the weights in use
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]: ...
@@ -67,6 +72,34 @@ class SteppingEngine(Engine, Protocol):
     def step(self) -> list[StepOutput]: ...  # one scheduler iteration, from one thread
 
     def has_unfinished(self) -> bool: ...
+
+
+@runtime_checkable
+class KVStatsEngine(Protocol):
+    def kv_stats(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PrefixCacheEngine(Protocol):
+    def reset_prefix_cache(self) -> None: ...
+
+
+def weights_precision(engine: Any) -> str:
+    """The engine's `weights_precision`, "exact" for an engine that does not say."""
+    return str(getattr(engine, "weights_precision", "exact"))
+
+
+def kv_stats(engine: Any) -> dict[str, Any]:
+    """The engine's KV-cache stats; {} for an engine without a paged cache."""
+    return engine.kv_stats() if isinstance(engine, KVStatsEngine) else {}
+
+
+def reset_prefix_cache(engine: Any) -> bool:
+    """Forget the engine's cached prefixes; False when it keeps none."""
+    if not isinstance(engine, PrefixCacheEngine):
+        return False
+    engine.reset_prefix_cache()
+    return True
 
 
 def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> None:
