@@ -216,7 +216,7 @@ def measure(args, weights: list[str]) -> dict:
     tokenizer = load_tokenizer(args.model)
     texts = [render(tokenizer, t) for t in tasks]
     ids = [prompt_ids(tokenizer, t) for t in tasks]
-    for task, text, want in zip(tasks, texts, ids):  # the HF side tokenizes the text as generate.py does
+    for task, text, want in zip(tasks, texts, ids):  # the HF side tokenizes the text as `generate` above does
         if tokenizer(text, add_special_tokens=False)["input_ids"] != want:
             sys.exit(f"error: task {task.id}: the rendered prompt does not tokenize to single_turn's prompt ids")
     domains = list(dict.fromkeys(t.domain for t in tasks))
