@@ -9,7 +9,7 @@
 The model is `AutoModelForSequenceClassification` with `num_labels=1` of the causal LM's own
 architecture (Qwen2ForSequenceClassification, LlamaForSequenceClassification, ...), so
 `AutoModelForSequenceClassification.from_pretrained(final)` and the `reward_model` verifier
-(verifiers/reward_model.py, through verifiers/judge.py's RewardModelJudge) load what is saved.
+(verifiers/reward_model.py, through verifiers/rm_judge.py's RewardModelJudge) load what is saved.
 
 Score head initialisation: normal with std 1/sqrt(hidden + 1), drawn from a generator seeded
 with `seed` (so the same seed gives the same head on any device), not zeros: a zero head makes

@@ -50,7 +50,7 @@ from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers.registry import register, verifier_options
 
 if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering this verifier stays cheap
-    from posttrain.verifiers.judge import RewardModelJudge
+    from posttrain.verifiers.rm_judge import RewardModelJudge
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def judge_for(path: str, device: str = "cpu", max_length: int = 1024) -> RewardM
         with _LOCK:
             if key in _JUDGES:
                 return _JUDGES[key]
-        from posttrain.verifiers.judge import RewardModelJudge
+        from posttrain.verifiers.rm_judge import RewardModelJudge
 
         judge = RewardModelJudge(key[0], device=key[1], max_length=key[2])  # a failed load is not cached
         with _LOCK:
@@ -191,7 +191,7 @@ def score_many(task: Task, trajs: Sequence[Trajectory]) -> list[Score | None]:
             todo.append(i)
     if not todo:
         return out
-    from posttrain.verifiers.judge import scaled
+    from posttrain.verifiers.rm_judge import scaled
 
     judge = judge_for(opts["path"], opts["device"], opts["max_length"])
     for start in range(0, len(todo), opts["batch"]):

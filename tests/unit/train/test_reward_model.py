@@ -143,7 +143,7 @@ def test_normalised():
 
 
 def test_judge_loads_it_and_agrees(rm, saved):
-    from posttrain.verifiers.judge import RewardModelJudge
+    from posttrain.verifiers.rm_judge import RewardModelJudge
 
     judge = RewardModelJudge(str(saved), dtype="float32")
     items = [([{"role": "user", "content": "Calculate 2 + 3."}], "We add 2 and 3 to get 5.\nAnswer: 5"),
