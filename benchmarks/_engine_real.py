@@ -36,7 +36,9 @@ import time
 
 import torch
 
-from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.protocol import SamplingParams
+
+from posttrain.engine.registry import ENGINES
 
 CHAT = ["What is the capital of France?", "Write a Python function that reverses a string.",
         "Explain photosynthesis in one sentence.", "What is 17 * 23?", "List three colors.",
@@ -205,7 +207,8 @@ def quality_row(path, tok, hf) -> None:
 _MEM = """
 import json, sys, torch
 from transformers import AutoTokenizer
-from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.protocol import SamplingParams
+from posttrain.engine.registry import ENGINES
 path, weights, kv = sys.argv[1:4]
 torch.set_num_threads(int(sys.argv[4]))
 from transformers import AutoConfig

@@ -251,7 +251,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from posttrain.eval.run import stop_ids
-    from posttrain.engine.paged.engine import make_engine
+    from posttrain.engine.paged.factory import make_engine
 
     if args.threads:
         torch.set_num_threads(args.threads)

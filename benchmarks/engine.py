@@ -45,7 +45,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.protocol import SamplingParams
+from posttrain.engine.registry import ENGINES
 from posttrain.engine.paged.spec import enable_speculative
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

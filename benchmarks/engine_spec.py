@@ -33,7 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from posttrain.engine.protocol import ENGINES, SamplingParams  # noqa: E402
+from posttrain.engine.protocol import SamplingParams  # noqa: E402
+from posttrain.engine.registry import ENGINES  # noqa: E402
 from posttrain.engine.paged.spec import (  # noqa: E402
     DraftModelProposer, NgramProposer, enable_speculative, ngram_propose,
 )

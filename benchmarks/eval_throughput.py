@@ -18,10 +18,9 @@ held-out eval seeds, default 6 domains x 16 = 96 tasks), each scored by its own 
   option `weights` = each of --weights; the default `exact` is what `posttrain eval` runs, EvalConfig having no
   engine_options), the single-turn environment (chat template, token-in token-out), chunks of
   4 x batch-size tasks, the verifiers on a thread pool. One row per --weights; the result line uses the first.
-- HF generate: `posttrain/eval/generate.py:generate` on an fp32 `AutoModelForCausalLM` on the same device,
+- HF generate: `generate` here (`ENGINES["hf"]`, the HF transformers engine) on an fp32 `AutoModelForCausalLM` on the same device,
   prompts rendered exactly as envs/single_turn.py renders them (chat template, add_generation_prompt, no
-  special tokens added; checked token for token), left padding, batches of --batch-size sequences sorted by
-  length, greedy, the same max new tokens (min of --max-tokens and each task's limit) and stop ids
+  special tokens added; checked token for token), batches of --batch-size sequences, greedy, the same max new tokens (min of --max-tokens and each task's limit) and stop ids
   (`harness.stop_ids`), then `suite.verify_samples` (what `evaluate_tasks` verifies with) on Trajectory
   objects built from the decoded text,
   summarised by the same `suite.summarize` (pass@1 per domain, the overall a mean over domains).
@@ -109,10 +108,31 @@ def run_ours(engine, tokenizer, tasks, args, stops) -> dict:
             "lengths": [r.num_tokens for r in result.records], "finish": [r.finish_reason for r in result.records]}
 
 
+def generate(model, tokenizer, texts: list[str], *, max_new_tokens: int, eos_token_ids, sequences_per_batch: int = 64,
+             on_batch=None, **_):
+    """Greedy completions of rendered `texts` by `ENGINES["hf"]` (HF transformers) on `model`, batches of
+    `sequences_per_batch`: [[Generation(text, num_tokens, finish_reason)], ...] in input order."""
+    from types import SimpleNamespace
+
+    from posttrain.engine.protocol import SamplingParams
+    from posttrain.engine.registry import ENGINES
+
+    engine = ENGINES["hf"](model, tokenizer, max_batch_sequences=sequences_per_batch)
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=tuple(eos_token_ids))
+    out = []
+    for start in range(0, len(texts), sequences_per_batch):
+        chunk = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts[start:start + sequences_per_batch]]
+        for c in engine.generate(chunk, [params] * len(chunk)):
+            out.append([SimpleNamespace(text=tokenizer.decode(c.token_ids, skip_special_tokens=True),
+                                        num_tokens=len(c.token_ids), finish_reason=c.finish_reason)])
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return out
+
+
 def run_hf(model, tokenizer, tasks, texts: list[str], prompt_lens: list[int], args, stops) -> dict:
-    """The old path: eval/generate.py `generate` (batches of --batch-size, per max-new-tokens group),
+    """The HF path: `generate` above (`ENGINES["hf"]`, batches of --batch-size, per max-new-tokens group),
     then the verifiers on Trajectories built from the text, summarised like evaluate_tasks."""
-    from posttrain.eval.generate import generate
     from posttrain.eval.evaluate import summarize, verify_samples
     from posttrain.engine.protocol import SamplingParams
     from posttrain.telemetry.progress import progress_bar
@@ -196,7 +216,7 @@ def measure(args, weights: list[str]) -> dict:
     tokenizer = load_tokenizer(args.model)
     texts = [render(tokenizer, t) for t in tasks]
     ids = [prompt_ids(tokenizer, t) for t in tasks]
-    for task, text, want in zip(tasks, texts, ids):  # the HF side tokenizes the text as generate.py does
+    for task, text, want in zip(tasks, texts, ids):  # the HF side tokenizes the text as `generate` above does
         if tokenizer(text, add_special_tokens=False)["input_ids"] != want:
             sys.exit(f"error: task {task.id}: the rendered prompt does not tokenize to single_turn's prompt ids")
     domains = list(dict.fromkeys(t.domain for t in tasks))
@@ -220,7 +240,7 @@ def measure(args, weights: list[str]) -> dict:
     if any(s != hf_stops for s in stops.values()):
         say(f"[yellow]note[/]: stop ids differ: HF {hf_stops}, ours {stops}")
 
-    from posttrain.eval.generate import generate  # warm-ups: one tiny request each
+    # warm-ups: one tiny request each
     with torch.inference_mode():
         generate(hf_model, tokenizer, texts[:1], max_new_tokens=4, eos_token_ids=hf_stops)
     for e in engines.values():

@@ -64,7 +64,7 @@ def held_out(model: str, domains: list[DomainConfig]) -> dict[str, float]:
     """Greedy pass@1 per domain through the in-loop eval path (the paged engine, the verifier registry)."""
     from posttrain.eval.run import stop_ids
     from posttrain.eval.evaluate import evaluate_in_loop
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.tasks.mixture import build_mixture
     from posttrain.core.hf import load_tokenizer
 

@@ -127,7 +127,7 @@ GENERATED: dict[str, collections.Counter] = collections.defaultdict(collections.
 def hook_ours() -> None:
     """Count completions per step at the engine (all attempts); pass the turn after each metrics line."""
     from posttrain.recipes import rl
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     def counting(original):
         def counting_engine(*a, **kw):

@@ -352,7 +352,7 @@ def main() -> None:
 
     import torch
 
-    from posttrain.engine.paged.engine import make_engine
+    from posttrain.engine.paged.factory import make_engine
     from posttrain.sandbox import LocalSandbox
     from posttrain.train.tiny import make_tiny_model, save_model
     from posttrain.train.tokenizer import build_tokenizer

@@ -21,24 +21,23 @@ included) removes the temporary folder, leaves earlier checkpoints untouched and
 
 from __future__ import annotations
 
-import errno
 import json
 import numbers
 import os
-import random
 import re
 import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-import numpy as np
 import torch
 import yaml
 
-from posttrain.core.errors import CheckpointError, ConfigError
+from posttrain.core.errors import CheckpointError, ConfigError, one_line
+from posttrain.core.fsio import WriteRecorder, fsync_dir, fsync_tree, is_disk_full, remove_stale, replace_dir
 from posttrain.core.hf import quiet_hf_progress
+from posttrain.core.rng import rng_state, set_rng_state
 
 FORMAT = 1
 CHECKPOINTS = "checkpoints"
@@ -119,22 +118,22 @@ def save_checkpoint(
     tmp = root / f".tmp-{step_dir_name(step)}-{socket.gethostname()}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_stale(root)
+        remove_stale(root, _TMP_DIR)
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
         _write_all(tmp, step, model, tokenizer, optimizer, scheduler, config, extra, state_json)
-        _fsync_tree(tmp)
-        _install(tmp, final, root)
+        fsync_tree(tmp)
+        replace_dir(tmp, final, fsync=True)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, CheckpointError):
             raise
         if not isinstance(e, Exception):  # KeyboardInterrupt etc.: clean up, then let it through
             raise
-        if _is_disk_full(e):
+        if is_disk_full(e):
             raise CheckpointError(f"no space left on device while writing checkpoint step {step} to {root}") from e
-        raise CheckpointError(f"cannot write checkpoint step {step} to {root}: {_one_line(e)}") from e
+        raise CheckpointError(f"cannot write checkpoint step {step} to {root}: {one_line(e)}") from e
     _rotate(root, keep_last, keep=final)
     return final
 
@@ -147,7 +146,7 @@ def _state_json(step: int, state: dict | None) -> str:
     try:
         return json.dumps(payload, indent=1, sort_keys=True)
     except (TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint state for step {step} is not JSON-serializable: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint state for step {step} is not JSON-serializable: {one_line(e)}") from None
 
 
 def _write_all(tmp: Path, step, model, tokenizer, optimizer, scheduler, config, extra, state_json: str) -> None:
@@ -161,9 +160,9 @@ def _write_all(tmp: Path, step, model, tokenizer, optimizer, scheduler, config, 
         _torch_save(optimizer.state_dict(), tmp / "optimizer.pt")
     if scheduler is not None:
         _torch_save(scheduler.state_dict(), tmp / "scheduler.pt")
-    _torch_save(_rng_state(), tmp / "rng.pt")
+    _torch_save(rng_state(), tmp / "rng.pt")
     if config is not None:
-        _write_text(tmp / "config.yaml", yaml.safe_dump(_config_dict(config), sort_keys=False))
+        (tmp / "config.yaml").write_text(yaml.safe_dump(_config_dict(config), sort_keys=False))
     for name, fn in extra.items():
         (tmp / name).mkdir()
         fn(tmp / name)
@@ -178,21 +177,8 @@ def _write_all(tmp: Path, step, model, tokenizer, optimizer, scheduler, config, 
         "extra": sorted(extra),
         "torch": torch.__version__,
     }
-    _write_text(tmp / "meta.json", json.dumps(meta, indent=1))
-    _write_text(tmp / STATE_FILE, state_json)  # last: its presence marks the checkpoint complete
-
-
-def _install(tmp: Path, final: Path, root: Path) -> None:
-    """Rename tmp to final; an existing final (same step saved again) is swapped out, then removed."""
-    old = None
-    if final.exists():
-        old = root / f".old-{final.name}-{socket.gethostname()}-{os.getpid()}"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    (tmp / STATE_FILE).write_text(state_json)  # last: its presence marks the checkpoint complete
 
 
 def _rotate(root: Path, keep_last: int, keep: Path) -> None:
@@ -207,30 +193,7 @@ def _rotate(root: Path, keep_last: int, keep: Path) -> None:
             continue
         shutil.rmtree(path, ignore_errors=True)
     if doomed:
-        _fsync_dir(root)
-
-
-def _remove_stale(root: Path) -> None:
-    """Remove temporary folders left by crashed saves of this host (their process is gone)."""
-    host = socket.gethostname()
-    for child in root.iterdir():
-        m = _TMP_DIR.match(child.name)
-        if not m or m.group("host") != host or not child.is_dir():
-            continue
-        pid = int(m.group("pid"))
-        if pid != os.getpid() and _pid_alive(pid):
-            continue
-        shutil.rmtree(child, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fsync_dir(root)
 
 
 # ---------------------------------------------------------------- loading
@@ -251,7 +214,7 @@ def load_checkpoint(path: str | os.PathLike, *, model, optimizer=None, scheduler
     try:
         state = json.loads(state_file.read_text())
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path}: cannot read {STATE_FILE}: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint {path}: cannot read {STATE_FILE}: {one_line(e)}") from None
     model = _unwrap(model)
     if _is_peft(model):
         _load_peft(path / "model", model)
@@ -264,9 +227,9 @@ def load_checkpoint(path: str | os.PathLike, *, model, optimizer=None, scheduler
         try:
             obj.load_state_dict(saved)
         except (ValueError, KeyError, RuntimeError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {path}: saved {what} state does not fit this {what}: {_one_line(e)}") from None
+            raise CheckpointError(f"checkpoint {path}: saved {what} state does not fit this {what}: {one_line(e)}") from None
     if restore_rng:
-        _set_rng_state(_torch_load(path / "rng.pt", path, "RNG"))
+        set_rng_state(_torch_load(path / "rng.pt", path, "RNG"))
     return state
 
 
@@ -294,7 +257,7 @@ def _load_plain(model_dir: Path, model) -> None:
     try:
         model.load_state_dict(weights, strict=False)
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint {model_dir.parent} does not match the model: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint {model_dir.parent} does not match the model: {one_line(e)}") from None
 
 
 def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
@@ -303,7 +266,7 @@ def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
     try:
         saved_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {where}: cannot read model/config.json: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint {where}: cannot read model/config.json: {one_line(e)}") from None
     if saved_type != getattr(model.config, "model_type", None):
         raise CheckpointError(f"checkpoint {where} does not match the model: it holds a {saved_type!r} model, "
                               f"not {model.config.model_type!r}")
@@ -312,7 +275,7 @@ def _from_pretrained_state(model_dir: Path, model) -> dict[str, torch.Tensor]:
             fresh, info = type(model).from_pretrained(model_dir, config=model.config, output_loading_info=True,
                                                       dtype=next(model.parameters()).dtype, device_map="cpu")
     except Exception as e:
-        raise CheckpointError(f"checkpoint {where}: cannot read model weights: {_one_line(e)}") from None
+        raise CheckpointError(f"checkpoint {where}: cannot read model weights: {one_line(e)}") from None
     bad = {k: sorted(v)[:3] for k, v in info.items() if k != "error_msgs" and v}
     if bad or info.get("error_msgs"):
         raise CheckpointError(f"checkpoint {where} does not match the model: {bad or info['error_msgs'][:1]}")
@@ -353,7 +316,7 @@ def _load_peft(model_dir: Path, model) -> None:
         try:
             set_peft_model_state_dict(model, weights, adapter_name=name)
         except RuntimeError as e:
-            raise CheckpointError(f"checkpoint {model_dir.parent} adapter {name!r}: {_one_line(e)}") from None
+            raise CheckpointError(f"checkpoint {model_dir.parent} adapter {name!r}: {one_line(e)}") from None
 
 
 def _torch_load(f: Path, ckpt: Path, what: str):
@@ -366,43 +329,7 @@ def _torch_load(f: Path, ckpt: Path, what: str):
     try:  # e.g. a scheduler holding a callable object: our own file, so a full unpickle is acceptable
         return torch.load(f, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise CheckpointError(f"checkpoint {ckpt}: cannot read {f.name}: {_one_line(e)}") from None
-
-
-# ---------------------------------------------------------------- RNG
-
-
-def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy": {
-            "bit_generator": np_state["bit_generator"],
-            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
-            "pos": int(np_state["state"]["pos"]),
-            "has_gauss": int(np_state["has_gauss"]),
-            "gauss": float(np_state["gauss"]),
-        },
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def _set_rng_state(s: dict[str, Any]) -> None:
-    version, internal, gauss = s["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = s["numpy"]
-    np.random.set_state(
-        {
-            "bit_generator": n["bit_generator"],
-            "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
-            "has_gauss": n["has_gauss"],
-            "gauss": n["gauss"],
-        }
-    )
-    torch.set_rng_state(s["torch"])
-    if s["cuda"] and torch.cuda.is_available() and len(s["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(s["cuda"])
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read {f.name}: {one_line(e)}") from None
 
 
 # ---------------------------------------------------------------- small helpers
@@ -435,74 +362,12 @@ def _config_dict(config) -> dict:
     raise CheckpointError(f"checkpoint config must be a pydantic model or a dict, got {type(config).__name__}")
 
 
-class _WriteRecorder:
-    """File wrapper for torch.save: torch turns a failed write into 'unexpected pos'; keep the real OSError."""
-
-    def __init__(self, fh):
-        self.fh, self.error = fh, None
-
-    def write(self, data) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as e:
-            self.error = self.error or e
-            raise
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
 def _torch_save(obj, f: Path) -> None:
     with open(f, "wb") as fh:
-        rec = _WriteRecorder(fh)
+        rec = WriteRecorder(fh)
         try:
             torch.save(obj, rec)
         except Exception:
             if rec.error is not None:
                 raise rec.error from None
             raise
-
-
-def _write_text(f: Path, text: str) -> None:
-    with open(f, "w") as fh:
-        fh.write(text)
-
-
-def _fsync_tree(top: Path) -> None:
-    for dirpath, _, filenames in os.walk(top, topdown=False):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems cannot fsync a directory
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _is_disk_full(e: BaseException) -> bool:
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        text = str(e).lower()
-        if "no space left" in text or "os error 28" in text or "disk quota" in text:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

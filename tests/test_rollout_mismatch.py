@@ -268,7 +268,7 @@ def run_toy(tmp_path, model_dir, overrides: dict) -> dict:
     Intel AMX machine; on an AMD Zen 4 (avx512_bf16) the bf16 run was still at 0.82 after 24 (exact 0.96),
     and every setting reached 1.0 by 32."""
     from posttrain.recipes import rl
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.telemetry.metrics import read_metrics
     from tests.recipes.rl_toy import overrides as toy_overrides, write_tasks
 

@@ -63,7 +63,7 @@ class EvalConfig(SamplingSection):
     model: str = "runs/sft/final"
     tasks: TaskSpec = "basic_arithmetic,chain_sum"
     n_per_domain: int = Field(50, gt=0)  # tasks per reasoning-gym domain when SPEC gives no :N (files: all)
-    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/engine/protocol.py ENGINES
+    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/engine/registry.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {base_url: ...} for remote
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
     batch_size: int = Field(64, gt=0)  # sequences the engine decodes at once

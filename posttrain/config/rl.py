@@ -38,7 +38,7 @@ class TemperatureConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/engine/protocol.py ENGINES
+    engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/engine/registry.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {kv_dtype: int8} or {base_url: ...}
     # the paged engine's matmul weights (rollout/paged/quant.py): exact (default: kill -9 resume
     # replays bit for bit) | auto = bf16 or int8 on a CPU for models of >= 20M weights (4.7x HF

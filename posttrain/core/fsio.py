@@ -3,17 +3,22 @@ and the one JSONL reader whose errors name the file and line.
 
     write_text_atomic(path, text)   # temp file beside it, then os.replace
     with atomic_file(path, "wb") as f: ...   # the same for any writer
+    with atomic_path(path) as tmp: save_file(..., tmp)   # for writers that want a file name
     replace_dir(built, dst)         # a fully built directory takes dst's place
+    fsync_tree(top); fsync_dir(d)   # durability of a directory built by hand
     for where, record in read_jsonl(path, required=("task_id",)): ...   # where = "file:line"
     write_checked_pickle(path, payload); read_checked_pickle(path, what)   # MAGIC + pickle + sha256 trailer
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pickle
+import re
 import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
@@ -22,23 +27,31 @@ from posttrain.core.errors import CheckpointError, DataError, one_line
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w", fsync: bool = True) -> Iterator[IO]:
-    """A file object writing a hidden temp file beside `path`, moved over `path` only once the
-    block finishes without error (fsync=True also survives a power cut); on error the temp file
-    is removed and the old content stays."""
+def atomic_path(path: str | os.PathLike, fsync: bool = True, perms: int | None = None) -> Iterator[Path]:
+    """A hidden temp path beside `path` for the block to write; moved over `path` only once the block
+    finishes without error (fsync=True also survives a power cut; `perms` sets its mode bits first).
+    On error the temp file is removed and the old content stays."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        yield tmp
+        if fsync:
+            _fsync_file(tmp)
+        if perms is not None:
+            os.chmod(tmp, perms)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w", fsync: bool = True, perms: int | None = None) -> Iterator[IO]:
+    """A file object writing a hidden temp file beside `path` (see `atomic_path`)."""
+    with atomic_path(path, fsync=fsync, perms=perms) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, fsync: bool = False) -> Path:
@@ -48,11 +61,105 @@ def write_text_atomic(path: str | os.PathLike, text: str, fsync: bool = False) -
     return Path(path)
 
 
-def replace_dir(built: Path, dst: Path) -> None:
-    """Put the complete directory `built` at `dst`, removing what was there."""
+def replace_dir(built: Path, dst: Path, fsync: bool = False) -> None:
+    """Put the complete directory `built` at `dst`: what was there is renamed aside
+    (`.old-<name>-<host>-<pid>`), `built` renamed in, then the old one removed, so `dst` is never
+    missing a complete tree. fsync=True also syncs the parent directory after the rename."""
+    built, dst = Path(built), Path(dst)
+    old = None
     if dst.exists():
-        shutil.rmtree(dst)
-    os.replace(built, dst)
+        old = dst.with_name(f".old-{dst.name}-{socket.gethostname()}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(dst, old)
+    os.rename(built, dst)
+    if fsync:
+        fsync_dir(dst.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def fsync_tree(top: str | os.PathLike) -> None:
+    """fsync every file and folder under `top` (bottom up), `top` included."""
+    for dirpath, _, filenames in os.walk(top, topdown=False):
+        for name in filenames:
+            _fsync_file(os.path.join(dirpath, name))
+        fsync_dir(dirpath)
+
+
+def fsync_dir(d: str | os.PathLike) -> None:
+    """fsync a directory (its entries survive a power cut); filesystems that cannot are skipped."""
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(f: str | os.PathLike) -> None:
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale(root: Path, pattern: re.Pattern) -> None:
+    """Remove folders under `root` left by crashed writers of this host: names matching `pattern`,
+    whose `host` group is this host and whose `pid` group names a process that is gone."""
+    host = socket.gethostname()
+    for child in root.iterdir():
+        m = pattern.match(child.name)
+        if not m or m.group("host") != host or not child.is_dir():
+            continue
+        pid = int(m.group("pid"))
+        if pid != os.getpid() and _pid_alive(pid):
+            continue
+        shutil.rmtree(child, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_disk_full(e: BaseException | None) -> bool:
+    """Whether `e` or an error in its cause/context chain says the disk (or quota) is full."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(e).lower()
+        if "no space left" in text or "os error 28" in text or "disk quota" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class WriteRecorder:
+    """File wrapper that keeps the first OSError of a write (torch.save, for one, reports a failed
+    write as 'unexpected pos'; `error` holds the real one)."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
 
 
 def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Iterator[tuple[str, dict]]:

@@ -1,4 +1,5 @@
-"""Load any HF causal LM and its tokenizer (with its chat template) by path.
+"""Load any HF causal LM and its tokenizer (with its chat template) by path, and a saved reward
+model's stats (reward_stats.json, what its scorers read).
 
 Every stage goes through here, the embedded tiny base included, so the real
 `from_pretrained` path is what runs and what the tests exercise.
@@ -6,7 +7,10 @@ Every stage goes through here, the embedded tiny base included, so the real
 
 from __future__ import annotations
 
+import json
+import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -86,3 +90,55 @@ def load_model(path: str, dtype: str = "auto", device: torch.device | None = Non
 
 def load_model_and_tokenizer(path: str, dtype: str = "auto", device: torch.device | None = None):
     return load_model(path, dtype, device), load_tokenizer(path)
+
+
+# ---------------------------------------------------------------- a saved reward model's stats
+# train/reward_model.py writes them beside the model; the reward_model verifier reads them.
+
+STATS_FILE = "reward_stats.json"
+STATS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RewardStats:
+    """Rewards over a reference set (e.g. every chosen and rejected sequence of the held-out pairs)."""
+
+    mean: float
+    std: float
+    n: int
+
+
+def load_reward_stats(path: str | Path) -> RewardStats:
+    """RewardStats from `path` (a reward model directory or the json file itself)."""
+    p = Path(path)
+    file = p / STATS_FILE if p.is_dir() else p
+    if not file.is_file():
+        raise ModelLoadError(f"{file}: reward stats file not found")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{file}: malformed reward stats: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{file}: malformed reward stats: expected a JSON object, got {type(data).__name__}")
+    if data.get("version") != STATS_VERSION:
+        raise ModelLoadError(f"{file}: malformed reward stats: version {data.get('version')!r}, "
+                             f"expected {STATS_VERSION}")
+    for key in ("mean", "std"):
+        x = data.get(key)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ModelLoadError(f"{file}: malformed reward stats: {key!r} must be a finite number, got {x!r}")
+    if not data["std"] > 0:
+        raise ModelLoadError(f"{file}: malformed reward stats: 'std' must be > 0, got {data['std']}")
+    n = data.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ModelLoadError(f"{file}: malformed reward stats: 'n' must be a count >= 0, got {n!r}")
+    return RewardStats(mean=float(data["mean"]), std=float(data["std"]), n=n)
+
+
+def normalised(raw: torch.Tensor | float, stats: RewardStats) -> torch.Tensor | float:
+    """sigmoid((raw - mean) / max(std, 1e-6)), in [0, 1]: a tensor for a tensor, else a float."""
+    std = max(stats.std, 1e-6)
+    if isinstance(raw, torch.Tensor):
+        return torch.sigmoid((raw - stats.mean) / std)
+    z = (float(raw) - stats.mean) / std
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))

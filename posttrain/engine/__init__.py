@@ -2,7 +2,8 @@
 `SamplingParams` / `Completion`, the engines by name (`ENGINES`), and `HFEngine`, the reference
 engine on HF transformers."""
 
-from posttrain.engine.protocol import ENGINES, Completion, Engine, SamplingParams, sample_next
 from posttrain.engine.hf import HFEngine
+from posttrain.engine.protocol import Completion, Engine, SamplingParams, sample_next
+from posttrain.engine.registry import ENGINES
 
 __all__ = ["ENGINES", "Completion", "Engine", "HFEngine", "SamplingParams", "sample_next"]

@@ -235,3 +235,13 @@ def _names(keys: list[str], limit: int = 5) -> str:
         return "[]"
     shown = ", ".join(keys[:limit])
     return f"[{shown}{f', ... ({len(keys)} in all)' if len(keys) > limit else ''}]"
+
+
+def make_engine(model_or_path: Any, tokenizer: Any = None, **options: Any) -> HFEngine:
+    """`ENGINES["hf"]`: `model_or_path` is a path (loaded with core.hf.load_model; options dtype,
+    device) or an HF causal LM the engine will own. Other options go to HFEngine (max_batch_sequences, ...)."""
+    if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
+        return HFEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
+    if "pad_token_id" not in options:
+        options["pad_token_id"] = HFEngine.default_pad_token_id(model_or_path, tokenizer)
+    return HFEngine(model_or_path, tokenizer=tokenizer, **options)

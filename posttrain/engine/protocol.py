@@ -1,10 +1,11 @@
-"""The rollout `Engine` protocol, its request/result types, and the registry of engines.
+"""The rollout `Engine` protocol, its request/result types, and the shared sampler (engines by name:
+`engine/registry.py` ENGINES).
 
 An engine turns prompts (token ids) into completions (token ids + the sampler's logprob of
 each sampled token) under per-request `SamplingParams`, and takes new policy weights with
 `update_weights(state_dict, version)`. Token-in, token-out: nothing is re-tokenized.
 
-    engine = ENGINES["hf"](model_path, tokenizer)          # or HFEngine(model, pad_token_id=...)
+    engine = ENGINES["hf"](model_path, tokenizer)          # engine/registry.py; or HFEngine(model, pad_token_id=...)
     [c] = engine.generate([prompt_ids], [SamplingParams(temperature=1.0, max_tokens=64, seed=7)])
     c.token_ids, c.logprobs, c.finish_reason
 
@@ -20,7 +21,7 @@ Contract every engine keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,11 @@ class StepOutput:
 
 @runtime_checkable
 class Engine(Protocol):
+    """What every engine has. Optional capabilities, read through the functions below rather than
+    probed by each caller: `weights_precision` ("exact" when the engine samples with the trainer's
+    fp32 weights, else the dtype's name; `weights_precision(engine)`), `kv_stats()` (KV-cache block
+    counts; `kv_stats(engine)`), `reset_prefix_cache()` (forget cached prefixes; `reset_prefix_cache(engine)`)."""
+
     version: int  # policy version of the weights in use
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Completion]: ...
@@ -66,6 +72,34 @@ class SteppingEngine(Engine, Protocol):
     def step(self) -> list[StepOutput]: ...  # one scheduler iteration, from one thread
 
     def has_unfinished(self) -> bool: ...
+
+
+@runtime_checkable
+class KVStatsEngine(Protocol):
+    def kv_stats(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PrefixCacheEngine(Protocol):
+    def reset_prefix_cache(self) -> None: ...
+
+
+def weights_precision(engine: Any) -> str:
+    """The engine's `weights_precision`, "exact" for an engine that does not say."""
+    return str(getattr(engine, "weights_precision", "exact"))
+
+
+def kv_stats(engine: Any) -> dict[str, Any]:
+    """The engine's KV-cache stats; {} for an engine without a paged cache."""
+    return engine.kv_stats() if isinstance(engine, KVStatsEngine) else {}
+
+
+def reset_prefix_cache(engine: Any) -> bool:
+    """Forget the engine's cached prefixes; False when it keeps none."""
+    if not isinstance(engine, PrefixCacheEngine):
+        return False
+    engine.reset_prefix_cache()
+    return True
 
 
 def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> None:
@@ -157,35 +191,3 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     k = torch.minimum(torch.searchsorted(inner, (x - before).contiguous(), right=True),
                       torch.searchsorted(inner, inner[:, -1:].contiguous(), right=False))
     return (j * CDF_BLOCK + k).squeeze(1)
-
-
-def _hf_engine(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
-    """`model_or_path`: a path (loaded with train.model.load_model; options dtype, device) or an
-    HF causal LM the engine will own. Other options go to HFEngine (max_batch_sequences, ...)."""
-    from posttrain.engine.hf import HFEngine
-
-    if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
-        return HFEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
-    if "pad_token_id" not in options:
-        options["pad_token_id"] = HFEngine.default_pad_token_id(model_or_path, tokenizer)
-    return HFEngine(model_or_path, tokenizer=tokenizer, **options)
-
-
-def _from_module(module: str) -> Callable[..., Engine]:
-    """A factory that imports `module` on first use and calls its `make_engine`."""
-
-    def factory(model_or_path: Any, tokenizer: Any = None, **options: Any) -> Engine:
-        import importlib
-
-        return importlib.import_module(module).make_engine(model_or_path, tokenizer, **options)
-
-    return factory
-
-
-# name -> factory(model_or_path, tokenizer, **options) -> Engine
-ENGINES: dict[str, Callable[..., Engine]] = {
-    "hf": _hf_engine,
-    "paged": _from_module("posttrain.engine.paged.engine"),  # the built-in engine
-    "remote": _from_module("posttrain.engine.remote"),  # any OpenAI-compatible endpoint
-    "vllm": _from_module("posttrain.engine.vllm"),  # optional extra, GPUs
-}

@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 import torch
 
+from posttrain.core.fsio import atomic_path
 from posttrain.engine.protocol import Completion, SamplingParams, check_batch, request_seed
 
 _RETRY_STATUS = {408, 429, 502, 503, 504}
@@ -111,12 +112,10 @@ def save_state_dict(state_dict: Mapping[str, torch.Tensor], directory: str | os.
     """Write `state_dict` to directory/model.safetensors atomically (tied tensors copied apart)."""
     from safetensors.torch import save_file
 
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / "model.safetensors.tmp"
-    save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, str(tmp))
-    os.replace(tmp, path / "model.safetensors")
-    return path / "model.safetensors"
+    path = Path(directory) / "model.safetensors"
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, str(tmp))
+    return path
 
 
 class RemoteEngine:

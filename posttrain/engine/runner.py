@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from posttrain.engine.protocol import Engine, SamplingParams, StepOutput, SteppingEngine
 
-log = logging.getLogger("posttrain.engine.server.app")
+log = logging.getLogger(__name__)
 
 Sink = Callable[[StepOutput | BaseException], None]  # called on the engine thread
 

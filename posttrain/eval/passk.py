@@ -7,8 +7,6 @@ binomials (stable for any n).
 
 from __future__ import annotations
 
-from typing import Iterable
-
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn (without replacement) from n is correct."""
@@ -20,9 +18,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prob_all_wrong *= 1.0 - k / i
     return 1.0 - prob_all_wrong
-
-
-def mean_pass_at_k(counts: Iterable[tuple[int, int]], k: int) -> float:
-    """Mean of pass_at_k over tasks given as (n, c) pairs; 0.0 for no tasks."""
-    values = [pass_at_k(n, c, k) for n, c in counts]
-    return sum(values) / len(values) if values else 0.0

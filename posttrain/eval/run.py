@@ -71,7 +71,7 @@ def stop_ids(tokenizer, model=None) -> list[int]:
 
 def build_engine(cfg: EvalConfig, tokenizer):
     """`ENGINES[cfg.engine]` on cfg.model, with the options rl.py gives it (dtype, device, batch limit)."""
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.core.hf import pick_device
 
     if cfg.engine not in ENGINES:

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from collections import deque
 from pathlib import Path
 
 import torch
 
 from posttrain.algos import preference as P
-from posttrain.config.pref import DPOConfig, PrefAlgoConfig
-from posttrain.recipes.pref_loop import console, no_grad_eval, prepare_pairs, run_loop, start, trainable
+from posttrain.config.pref import DPOConfig
+from posttrain.recipes.dpo_online import run_online
+from posttrain.recipes.pref_loop import (BothFallAlert, PairStep, console, item_lengths, logps_of, no_grad_eval,
+                                        prepare_pairs, run_loop, start, trainable)
 from posttrain.recipes.sft import autocast
 from posttrain.core.hf import load_model
+from posttrain.core.fsio import atomic_file
 from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
 from posttrain.train.run import export_final
 from posttrain.train.weights import model_identity
@@ -52,30 +53,6 @@ def example_items(examples, mismatched: bool = False) -> list[tuple]:
     if not mismatched:
         return [(e.prompt_ids, e.completion_ids) for e in examples]
     return [(examples[i].prompt_ids, examples[(i + 1) % n].completion_ids) for i in range(n)]
-
-
-def item_lengths(items) -> list[int]:
-    return [len(p) + len(c) for p, c in items]
-
-
-def pair_loss(algo: PrefAlgoConfig, pc, pr, nc, nr, rc=None, rr=None) -> P.PrefLoss:
-    """The configured paired loss from summed logps `pc`/`pr` (policy), `rc`/`rr` (reference) and
-    completion token counts `nc`/`nr`; IPO, SimPO and ORPO work on length-averaged logps. With
-    `algo.sft_coef` (RPO) each pair's loss also has coef x the chosen answer's mean NLL."""
-    ac, ar = pc / nc.clamp_min(1), pr / nr.clamp_min(1)
-    if algo.loss in ("sigmoid", "robust", "hinge"):
-        out = P.dpo_loss(pc, pr, rc, rr, beta=algo.beta, loss_type=algo.loss, label_smoothing=algo.label_smoothing)
-    elif algo.loss == "ipo":
-        out = P.dpo_loss(ac, ar, rc / nc.clamp_min(1), rr / nr.clamp_min(1), beta=algo.beta, loss_type="ipo")
-    elif algo.loss == "simpo":
-        out = P.simpo_loss(ac, ar, beta=algo.beta, gamma=algo.simpo_gamma, label_smoothing=algo.label_smoothing)
-    elif algo.loss == "orpo":
-        out = P.orpo_loss(ac, ar, -ac, lam=algo.orpo_lambda)
-    else:
-        raise ValueError(f"algo.loss={algo.loss!r} is not a paired loss")
-    if algo.sft_coef:
-        out = P.PrefLoss(out.loss - algo.sft_coef * ac, out.chosen_reward, out.rejected_reward)
-    return out
 
 
 # ---------------------------------------------------------------- reference logprobs
@@ -98,29 +75,6 @@ def reference_key(model_path: str, tokenizer, items) -> str:
     return h.hexdigest()[:32]
 
 
-def pair_lengths(items) -> list[int]:
-    """Tokens of each pair of interleaved pair items (the prompt once): how a step chunks pairs."""
-    return [len(items[k][0]) + len(items[k][1]) + len(items[k + 1][1]) for k in range(0, len(items), 2)]
-
-
-@torch.no_grad()
-def logps_of(model, items, *, max_tokens: int, pad_id: int, share_prompt: bool = True, paired: bool = False):
-    """Summed completion logps and completion token counts of `items`, chunked, no grad ([N] each).
-    `paired`: the items are interleaved pairs, chunked by pair exactly as a step chunks them, so a
-    pass over the same pairs in the same order lays them out identically (at step 0 the held-out
-    rewards are then exactly 0, not float noise)."""
-    sums, counts = torch.zeros(len(items)), torch.zeros(len(items))
-    if paired:
-        chunks = [[i for k in c for i in (2 * k, 2 * k + 1)] for c in token_chunks(pair_lengths(items), max_tokens)]
-    else:
-        chunks = token_chunks(item_lengths(items), max_tokens)
-    for chunk in chunks:
-        s, n = completion_logps(model, [items[i] for i in chunk], max_tokens_per_microbatch=max_tokens,
-                                pad_id=pad_id, share_prefix=None if share_prompt else False)
-        sums[chunk], counts[chunk] = s.detach().float().cpu(), n.float().cpu()
-    return sums, counts
-
-
 def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int, *,
                     paired: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference model's summed logps of `items` (and token counts): from the cache when this
@@ -137,89 +91,12 @@ def reference_logps(cfg: DPOConfig, tokenizer, items, device, pad_id: int, *,
     sums, counts = logps_of(ref, items, max_tokens=cfg.train.max_tokens_per_microbatch, pad_id=pad_id,
                             share_prompt=cfg.train.packing, paired=paired)
     del ref
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"sums": sums, "counts": counts, "model": model_identity(cfg.model.path)}, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path, "wb") as f:
+        torch.save({"sums": sums, "counts": counts, "model": model_identity(cfg.model.path)}, f)
     return sums, counts
 
 
 # ---------------------------------------------------------------- one step
-
-
-class BothFallAlert:
-    """Warns once when the mean chosen and rejected logps of the last `window` steps have both
-    fallen more than `nats` below those of the first `window` steps."""
-
-    def __init__(self, nats: float, window: int = 10):
-        self.nats, self.window = nats, window
-        self.first: list[tuple[float, float]] = []
-        self.recent: deque = deque(maxlen=window)
-        self.fired = False
-
-    def __call__(self, step: int, metrics: dict) -> None:
-        if "logps/chosen" not in metrics:
-            return
-        pair = (metrics["logps/chosen"], metrics["logps/rejected"])
-        if len(self.first) < self.window:
-            self.first.append(pair)
-        self.recent.append(pair)
-        if len(self.first) < self.window or len(self.recent) < self.window:
-            return
-        drop = [sum(a[k] for a in self.first) / self.window - sum(b[k] for b in self.recent) / self.window
-                for k in (0, 1)]
-        metrics["alert/both_fall"] = float(min(drop) > self.nats)
-        if min(drop) > self.nats and not self.fired:
-            self.fired = True
-            console.print(f"[yellow]alert:[/] step {step}: chosen and rejected logprobs both fell (by {drop[0]:.1f} "
-                          f"and {drop[1]:.1f} nats a sequence over the first {self.window} steps' means): the margin "
-                          f"grows by pushing both down; lower the learning rate or raise beta")
-
-
-def summarise(out: P.PrefLoss, pc, pr, prefix: str = "") -> dict[str, float]:
-    m = P.pair_metrics(out)
-    m.update({"logps/chosen": float(pc.mean()), "logps/rejected": float(pr.mean())})
-    return {f"{prefix}{k}": v for k, v in m.items()}
-
-
-class PairStep:
-    """Forward/backward of one step of paired losses; `evaluate` the same on held-out pairs."""
-
-    def __init__(self, cfg: DPOConfig, model, pairs, ref, device, dtype, pad_id: int):
-        self.cfg, self.model, self.pairs, self.ref = cfg, model, pairs, ref  # ref: (sums [2N], counts) or None
-        self.device, self.dtype, self.pad_id = device, dtype, pad_id
-
-    def _forward(self, chunk: list[int]):
-        items = pair_items([self.pairs[i] for i in chunk])
-        with autocast(self.device, self.dtype):
-            sums, counts = completion_logps(self.model, items, max_tokens_per_microbatch=self.cfg.train.max_tokens_per_microbatch,
-                                            pad_id=self.pad_id, share_prefix=None if self.cfg.train.packing else False)
-        sums, counts = sums.float().cpu(), counts.float().cpu()
-        rc = rr = None
-        if self.ref is not None:
-            idx = torch.tensor(chunk)
-            rc, rr = self.ref[0][2 * idx], self.ref[0][2 * idx + 1]
-        pc, pr, nc, nr = sums[0::2], sums[1::2], counts[0::2], counts[1::2]
-        return pair_loss(self.cfg.algo, pc, pr, nc, nr, rc, rr), pc, pr
-
-    def _run(self, indices: list[int], train: bool) -> tuple[P.PrefLoss, torch.Tensor, torch.Tensor]:
-        lengths = pair_lengths(pair_items([self.pairs[i] for i in indices]))
-        parts = []
-        for chunk in token_chunks(lengths, self.cfg.train.max_tokens_per_microbatch):
-            out, pc, pr = self._forward([indices[k] for k in chunk])
-            if train:
-                (out.loss.sum() / len(indices)).backward()
-            parts.append((out.loss.detach(), out.chosen_reward, out.rejected_reward, pc.detach(), pr.detach()))
-        cat = [torch.cat([p[k] for p in parts]) for k in range(5)]
-        return P.PrefLoss(cat[0], cat[1], cat[2]), cat[3], cat[4]
-
-    def __call__(self, indices: list[int]) -> dict:
-        out, pc, pr = self._run(indices, train=True)
-        return {"loss": float(out.loss.mean()), **summarise(out, pc, pr), "pairs": len(indices)}
-
-    def evaluate(self) -> dict:
-        out, pc, pr = no_grad_eval(self.model, lambda: self._run(list(range(len(self.pairs))), train=False))
-        return {"eval/loss": float(out.loss.mean()), **summarise(out, pc, pr, "eval/")}
 
 
 class KTOStep:
@@ -278,9 +155,8 @@ class KTOStep:
 
 
 def run(cfg: DPOConfig, resume: bool = False) -> Path:
+    """`posttrain dpo`: offline on `data`, or online (recipes/dpo_online.py) when `online` is set."""
     if cfg.online is not None:
-        from posttrain.recipes.dpo_online import run_online
-
         return run_online(cfg, resume=resume)
     out_dir = Path(cfg.out_dir)
     s = start(cfg)

@@ -3,8 +3,9 @@
     final_dir = run_online(cfg)         # cfg: DPOConfig with `online` set (posttrain dpo ... online.rounds=4)
 
 Each round r of `online.rounds`:
-1. the engine (the built-in paged one, synced to the current weights) samples
-   `samples_per_prompt` completions for each of `prompts_per_round` tasks of `online.tasks`
+1. the engine (the built-in paged one, synced to the current weights) samples, through the episode
+   loop every caller shares (envs/rollout.py), `samples_per_prompt` completions for each of
+   `prompts_per_round` tasks of `online.tasks`
    (a task mixture exactly as `rl` takes it: reasoning-gym, sources, JSONL; a domain whose
    verifiers name `reward_model` is ranked by a trained reward model = RLHF-style DPO);
 2. each task's verifiers score them (the raw task score, verifiers/registry.py); the best and the
@@ -30,8 +31,7 @@ from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config.base import save_config
 from posttrain.config.pref import DPOConfig
 from posttrain.eval.run import CORRECT, stop_ids
-from posttrain.recipes.dpo import BothFallAlert, PairStep, logps_of
-from posttrain.recipes.pref_loop import console, epoch_batches, start, trainable
+from posttrain.recipes.pref_loop import BothFallAlert, PairStep, console, epoch_batches, logps_of, start, trainable
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.core.hf import load_model
@@ -39,42 +39,38 @@ from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_no
 from posttrain.train.pair_forward import pair_items
 from posttrain.train.pairs import TokenPair
 from posttrain.train.run import export_final
-from posttrain.core.types import SamplingParams, Trajectory
+from posttrain.core.types import SamplingParams
+from posttrain.envs.rollout import rollout
+from posttrain.verifiers.registry import run_verifiers_many, task_score
 
 
 def sample_pairs(engine, tokenizer, tasks, *, samples: int, max_tokens: int, temperature: float, seed: int,
-                 stops: list[int]) -> tuple[list[TokenPair], dict]:
-    """Sample, score and pair: (pairs, round metrics)."""
-    from posttrain.envs.single_turn import prompt_ids
-    from posttrain.verifiers.registry import run_verifiers_many, task_score
-
-    prompts = [prompt_ids(tokenizer, t) for t in tasks]
-    params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, stop_token_ids=tuple(stops),
-                             seed=seed * 1_000_003 + i * samples + k) for i in range(len(tasks)) for k in range(samples)]
-    outs = engine.generate([p for p in prompts for _ in range(samples)], params)
+                 stops: list[int], version: int = 0) -> tuple[list[TokenPair], dict]:
+    """Sample (the episode loop, envs/rollout.py: sample k of task i seeded seed * 1_000_003 + i * samples + k),
+    score and pair: (pairs, round metrics). A pair is two one-turn completions of a task (the prompt shared)."""
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, stop_token_ids=tuple(stops))
+    seeds = [seed * 1_000_003 + i * samples for i in range(len(tasks))]
+    groups = rollout(engine, tokenizer, tasks, [samples] * len(tasks), params, seeds, version)
     pairs, scores = [], []
-    for i, (task, prompt) in enumerate(zip(tasks, prompts)):
-        comps = outs[i * samples:(i + 1) * samples]
-        trajs = [Trajectory(task_id=task.id, token_ids=[*prompt, *c.token_ids], loss_mask=[0] * len(prompt) + [1] * len(c.token_ids),
-                            logprobs=[0.0] * len(prompt) + list(c.logprobs), prompt_len=len(prompt),
-                            text=tokenizer.decode(c.token_ids, skip_special_tokens=True), finish_reason=c.finish_reason)
-                 for c in comps]
-        judged = [task_score(s, task) for s, _ in run_verifiers_many(task, trajs)]
+    for task, trajs in zip(tasks, groups):
+        judged = [task_score(s, task) if t.token_ids and t.turns == 1 else None
+                  for t, (s, _) in zip(trajs, run_verifiers_many(task, trajs))]
         ranked = [(v, k) for k, v in enumerate(judged) if v is not None]
         scores += [v for v, _ in ranked]
         if len(ranked) < 2:
             continue
         best, worst = max(ranked), min(ranked, key=lambda x: (x[0], -x[1]))
         if best[0] > worst[0]:
-            pairs.append(TokenPair(tuple(prompt), tuple(comps[best[1]].token_ids), tuple(comps[worst[1]].token_ids),
-                                   where=f"{task.id}#{best[1]}>{worst[1]}"))
+            b, w = trajs[best[1]], trajs[worst[1]]
+            pairs.append(TokenPair(tuple(b.token_ids[:b.prompt_len]), tuple(b.token_ids[b.prompt_len:]),
+                                   tuple(w.token_ids[w.prompt_len:]), where=f"{task.id}#{best[1]}>{worst[1]}"))
     mean = sum(scores) / len(scores) if scores else 0.0
     return pairs, {"online/pairs": len(pairs), "online/score": mean,
                    "online/pass_rate": sum(s >= CORRECT for s in scores) / max(len(scores), 1)}
 
 
 def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.tasks.mixture import build_mixture
     from posttrain.train.weights import engine_state_dict
 
@@ -112,7 +108,7 @@ def run_online(cfg: DPOConfig, resume: bool = False) -> Path:
             tasks = mixture.sample(on.prompts_per_round, r)
             pairs, round_metrics = sample_pairs(engine, tokenizer, tasks, samples=on.samples_per_prompt,
                                                 max_tokens=on.max_tokens, temperature=on.temperature,
-                                                seed=t.seed * 7919 + r, stops=stops)
+                                                seed=t.seed * 7919 + r, stops=stops, version=r)
             if not pairs:
                 console.print(f"[yellow]warning:[/] round {r}: every task's samples scored alike; no pairs, no update")
             else:

@@ -1,4 +1,5 @@
-"""What `posttrain rm` and `posttrain dpo` share: the data split, the step order, the loop.
+"""What `posttrain rm` and `posttrain dpo` share: the data split, the step order, the loop; and the
+paired-loss step offline and online DPO share (`PairStep`, `logps_of`, `BothFallAlert`).
 
     split = prepare_pairs(cfg.data, tokenizer, unpaired=False)     # train / eval pairs, bad-line counts
     final = run_loop(cfg, model, tokenizer, split, step_fn, eval_fn, export=...)
@@ -22,18 +23,25 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections import deque
 from typing import Callable
 
 import torch
 from rich.console import Console
 
+from posttrain.algos import preference as P
 from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config.base import save_config
+from posttrain.config.pref import DPOConfig, PrefAlgoConfig
 from posttrain.core.errors import CheckpointError, DataError
+from posttrain.recipes.sft import autocast
+from posttrain.tasks.preferences import preference_records
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
 from posttrain.train.lora import trainable_parameters
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+from posttrain.train.pair_forward import completion_logps, pair_items, token_chunks
+from posttrain.train.pairs import load_pairs
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -79,11 +87,10 @@ class PrefSplit:
 
 def prepare_pairs(data_cfg, tokenizer, *, unpaired: bool = False) -> PrefSplit:
     """Load, check and tokenize the preference data; hold out the eval set."""
-    from posttrain.train.pairs import load_pairs
-
     def load(spec: str, seed: int):
         got = load_pairs(spec, tokenizer, max_prompt_len=data_cfg.max_prompt_len, max_len=data_cfg.max_len,
-                         skip_bad_lines=data_cfg.skip_bad_lines, seed=seed, options=data_cfg.task_options)
+                         skip_bad_lines=data_cfg.skip_bad_lines,
+                         records=preference_records(spec, seed, data_cfg.task_options))
         summary = got.bad_lines_summary()
         if summary:
             console.print(f"[yellow]warning:[/] {summary}")
@@ -207,3 +214,128 @@ def no_grad_eval(model, fn):
         return fn()
     finally:
         model.train(was)
+
+
+# ---------------------------------------------------------------- paired steps (dpo, dpo_online)
+
+
+def item_lengths(items) -> list[int]:
+    return [len(p) + len(c) for p, c in items]
+
+
+def pair_loss(algo: PrefAlgoConfig, pc, pr, nc, nr, rc=None, rr=None) -> P.PrefLoss:
+    """The configured paired loss from summed logps `pc`/`pr` (policy), `rc`/`rr` (reference) and
+    completion token counts `nc`/`nr`; IPO, SimPO and ORPO work on length-averaged logps. With
+    `algo.sft_coef` (RPO) each pair's loss also has coef x the chosen answer's mean NLL."""
+    ac, ar = pc / nc.clamp_min(1), pr / nr.clamp_min(1)
+    if algo.loss in ("sigmoid", "robust", "hinge"):
+        out = P.dpo_loss(pc, pr, rc, rr, beta=algo.beta, loss_type=algo.loss, label_smoothing=algo.label_smoothing)
+    elif algo.loss == "ipo":
+        out = P.dpo_loss(ac, ar, rc / nc.clamp_min(1), rr / nr.clamp_min(1), beta=algo.beta, loss_type="ipo")
+    elif algo.loss == "simpo":
+        out = P.simpo_loss(ac, ar, beta=algo.beta, gamma=algo.simpo_gamma, label_smoothing=algo.label_smoothing)
+    elif algo.loss == "orpo":
+        out = P.orpo_loss(ac, ar, -ac, lam=algo.orpo_lambda)
+    else:
+        raise ValueError(f"algo.loss={algo.loss!r} is not a paired loss")
+    if algo.sft_coef:
+        out = P.PrefLoss(out.loss - algo.sft_coef * ac, out.chosen_reward, out.rejected_reward)
+    return out
+
+
+def pair_lengths(items) -> list[int]:
+    """Tokens of each pair of interleaved pair items (the prompt once): how a step chunks pairs."""
+    return [len(items[k][0]) + len(items[k][1]) + len(items[k + 1][1]) for k in range(0, len(items), 2)]
+
+
+@torch.no_grad()
+def logps_of(model, items, *, max_tokens: int, pad_id: int, share_prompt: bool = True, paired: bool = False):
+    """Summed completion logps and completion token counts of `items`, chunked, no grad ([N] each).
+    `paired`: the items are interleaved pairs, chunked by pair exactly as a step chunks them, so a
+    pass over the same pairs in the same order lays them out identically (at step 0 the held-out
+    rewards are then exactly 0, not float noise)."""
+    sums, counts = torch.zeros(len(items)), torch.zeros(len(items))
+    if paired:
+        chunks = [[i for k in c for i in (2 * k, 2 * k + 1)] for c in token_chunks(pair_lengths(items), max_tokens)]
+    else:
+        chunks = token_chunks(item_lengths(items), max_tokens)
+    for chunk in chunks:
+        s, n = completion_logps(model, [items[i] for i in chunk], max_tokens_per_microbatch=max_tokens,
+                                pad_id=pad_id, share_prefix=None if share_prompt else False)
+        sums[chunk], counts[chunk] = s.detach().float().cpu(), n.float().cpu()
+    return sums, counts
+
+
+class BothFallAlert:
+    """Warns once when the mean chosen and rejected logps of the last `window` steps have both
+    fallen more than `nats` below those of the first `window` steps."""
+
+    def __init__(self, nats: float, window: int = 10):
+        self.nats, self.window = nats, window
+        self.first: list[tuple[float, float]] = []
+        self.recent: deque = deque(maxlen=window)
+        self.fired = False
+
+    def __call__(self, step: int, metrics: dict) -> None:
+        if "logps/chosen" not in metrics:
+            return
+        pair = (metrics["logps/chosen"], metrics["logps/rejected"])
+        if len(self.first) < self.window:
+            self.first.append(pair)
+        self.recent.append(pair)
+        if len(self.first) < self.window or len(self.recent) < self.window:
+            return
+        drop = [sum(a[k] for a in self.first) / self.window - sum(b[k] for b in self.recent) / self.window
+                for k in (0, 1)]
+        metrics["alert/both_fall"] = float(min(drop) > self.nats)
+        if min(drop) > self.nats and not self.fired:
+            self.fired = True
+            console.print(f"[yellow]alert:[/] step {step}: chosen and rejected logprobs both fell (by {drop[0]:.1f} "
+                          f"and {drop[1]:.1f} nats a sequence over the first {self.window} steps' means): the margin "
+                          f"grows by pushing both down; lower the learning rate or raise beta")
+
+
+def summarise(out: P.PrefLoss, pc, pr, prefix: str = "") -> dict[str, float]:
+    m = P.pair_metrics(out)
+    m.update({"logps/chosen": float(pc.mean()), "logps/rejected": float(pr.mean())})
+    return {f"{prefix}{k}": v for k, v in m.items()}
+
+
+class PairStep:
+    """Forward/backward of one step of paired losses; `evaluate` the same on held-out pairs."""
+
+    def __init__(self, cfg: DPOConfig, model, pairs, ref, device, dtype, pad_id: int):
+        self.cfg, self.model, self.pairs, self.ref = cfg, model, pairs, ref  # ref: (sums [2N], counts) or None
+        self.device, self.dtype, self.pad_id = device, dtype, pad_id
+
+    def _forward(self, chunk: list[int]):
+        items = pair_items([self.pairs[i] for i in chunk])
+        with autocast(self.device, self.dtype):
+            sums, counts = completion_logps(self.model, items, max_tokens_per_microbatch=self.cfg.train.max_tokens_per_microbatch,
+                                            pad_id=self.pad_id, share_prefix=None if self.cfg.train.packing else False)
+        sums, counts = sums.float().cpu(), counts.float().cpu()
+        rc = rr = None
+        if self.ref is not None:
+            idx = torch.tensor(chunk)
+            rc, rr = self.ref[0][2 * idx], self.ref[0][2 * idx + 1]
+        pc, pr, nc, nr = sums[0::2], sums[1::2], counts[0::2], counts[1::2]
+        return pair_loss(self.cfg.algo, pc, pr, nc, nr, rc, rr), pc, pr
+
+    def _run(self, indices: list[int], train: bool) -> tuple[P.PrefLoss, torch.Tensor, torch.Tensor]:
+        lengths = pair_lengths(pair_items([self.pairs[i] for i in indices]))
+        parts = []
+        for chunk in token_chunks(lengths, self.cfg.train.max_tokens_per_microbatch):
+            out, pc, pr = self._forward([indices[k] for k in chunk])
+            if train:
+                (out.loss.sum() / len(indices)).backward()
+            parts.append((out.loss.detach(), out.chosen_reward, out.rejected_reward, pc.detach(), pr.detach()))
+        cat = [torch.cat([p[k] for p in parts]) for k in range(5)]
+        return P.PrefLoss(cat[0], cat[1], cat[2]), cat[3], cat[4]
+
+    def __call__(self, indices: list[int]) -> dict:
+        out, pc, pr = self._run(indices, train=True)
+        return {"loss": float(out.loss.mean()), **summarise(out, pc, pr), "pairs": len(indices)}
+
+    def evaluate(self) -> dict:
+        out, pc, pr = no_grad_eval(self.model, lambda: self._run(list(range(len(self.pairs))), train=False))
+        return {"eval/loss": float(out.loss.mean()), **summarise(out, pc, pr, "eval/")}

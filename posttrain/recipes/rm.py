@@ -29,7 +29,8 @@ from posttrain.config.pref import RMConfig
 from posttrain.recipes.pref_loop import no_grad_eval, prepare_pairs, run_loop, start, trainable
 from posttrain.recipes.sft import autocast
 from posttrain.train.pair_forward import token_chunks
-from posttrain.train.reward_model import RewardStats, reward_model_from_causal_lm, save_reward_model, sequence_rewards
+from posttrain.core.hf import RewardStats
+from posttrain.train.reward_model import reward_model_from_causal_lm, save_reward_model, sequence_rewards
 
 
 def pair_sequences(pairs) -> list[list[int]]:

@@ -27,6 +27,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 from rich.console import Console
@@ -36,11 +37,13 @@ from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_poin
 from posttrain.config.base import save_config
 from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import CheckpointError, DataError, gate_failure
+from posttrain.domains.reasoning_gym.source import sft_examples
 from posttrain.eval.run import stop_ids
 from posttrain.eval.in_loop import SuiteEvals
+from posttrain.tasks.sft_data import count_spec, task_demos
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
-from posttrain.train.data import load_chat_examples, split_eval
+from posttrain.train.data import ChatData, from_records, load_chat_examples, split_eval
 from posttrain.train.lora import apply_lora, trainable_parameters
 from posttrain.core.hf import load_model, load_tokenizer, pick_device, resolve_dtype
 from posttrain.train.optim import build_optimizer, build_scheduler, clip_grad_norm
@@ -57,16 +60,29 @@ class SFTData:
     info: dict  # counts for the first metrics line (bad_lines, truncated, ...)
 
 
+def load_sft_source(source: str, skip_bad_lines: bool = False, seed: int = 0,
+                    task_options: Mapping[str, Mapping[str, Any]] | None = None, tokenizer=None) -> ChatData:
+    """Chat examples of `data.train` / `data.eval`: a JSONL path or `hf:NAME[:SPLIT]` (train/data.py),
+    `gym:DOMAIN[,DOMAIN...]:N` (reasoning-gym worked examples, seeds disjoint from eval's) or
+    `tasks:NAME[,NAME...]:N` (gold demonstrations of registered task sources, tasks/sft_data.py)."""
+    if source.startswith("gym:"):
+        domains, n = count_spec("gym", source[4:], "gym:chain_sum:1000")
+        return from_records(sft_examples(domains, n, seed, options=task_options), source)
+    if source.startswith("tasks:"):
+        return from_records(task_demos(source[6:], seed, task_options, tokenizer), source)
+    return load_chat_examples(source, skip_bad_lines)
+
+
 def prepare_data(cfg: SFTConfig, tokenizer) -> SFTData:
     d, t = cfg.data, cfg.train
-    train = load_chat_examples(d.train, skip_bad_lines=d.skip_bad_lines, seed=d.seed, task_options=d.task_options,
-                               tokenizer=tokenizer)
+    train = load_sft_source(d.train, skip_bad_lines=d.skip_bad_lines, seed=d.seed, task_options=d.task_options,
+                            tokenizer=tokenizer)
     bad_lines = train.bad_lines
     if train.bad_lines:
         console.print(f"[yellow]warning:[/] {train.bad_lines_summary()}")
     if d.eval is not None:
-        held = load_chat_examples(d.eval, skip_bad_lines=d.skip_bad_lines, seed=d.seed + 1,
-                                  task_options=d.task_options, tokenizer=tokenizer)
+        held = load_sft_source(d.eval, skip_bad_lines=d.skip_bad_lines, seed=d.seed + 1,
+                               task_options=d.task_options, tokenizer=tokenizer)
         if held.bad_lines:
             console.print(f"[yellow]warning:[/] {held.bad_lines_summary()}")
         bad_lines += held.bad_lines
@@ -170,7 +186,7 @@ class SuiteEngine:
         self.cfg, self.tokenizer, self.device, self.engine = cfg, tokenizer, device, None
 
     def synced(self, model, step: int):
-        from posttrain.engine.protocol import ENGINES
+        from posttrain.engine.registry import ENGINES
         from posttrain.train.weights import engine_state_dict
 
         if self.engine is None:

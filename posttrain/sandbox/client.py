@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from posttrain.core.errors import one_line
 from posttrain.sandbox.fusion import request_to_json, result_from_json
 from posttrain.sandbox.types import RunRequest, RunResult, SandboxError
 
@@ -31,11 +32,6 @@ _SLACK_S = 30.0  # added to the request's own timeouts for the HTTP timeout
 
 class _Retryable(Exception):
     """An infrastructure fault worth another attempt."""
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class RemoteSandbox:
@@ -156,14 +152,14 @@ class RemoteSandbox:
     def _exhausted(self, last: str) -> SandboxError:
         attempts = self.retries + 1
         word = "attempt" if attempts == 1 else "attempts"
-        return SandboxError(f"sandbox at {self.base_url} failed after {attempts} {word}: {_one_line(last)}")
+        return SandboxError(f"sandbox at {self.base_url} failed after {attempts} {word}: {one_line(last)}")
 
     def _outcome(self, response: httpx.Response) -> RunResult:
         """The RunResult in `response`; raise _Retryable for infrastructure faults and
         ValueError for a request the server refused."""
         code = response.status_code
         if code >= 500 or code in _RETRY_HTTP:
-            raise _Retryable(f"HTTP {code}: {_one_line(response.text)}")
+            raise _Retryable(f"HTTP {code}: {one_line(response.text)}")
         if code >= 400:
             raise ValueError(f"sandbox at {self.base_url} refused the request (HTTP {code}): {_detail(response)}")
         try:
@@ -179,7 +175,7 @@ def _detail(response: httpx.Response) -> str:
     try:
         data: Any = response.json()
     except ValueError:
-        return _one_line(response.text)
+        return one_line(response.text)
     if isinstance(data, dict) and "detail" in data:
-        return _one_line(str(data["detail"]))
-    return _one_line(response.text)
+        return one_line(str(data["detail"]))
+    return one_line(response.text)

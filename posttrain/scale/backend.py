@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.engine.options import engine_options
-from posttrain.engine.protocol import ENGINES
+from posttrain.engine.registry import ENGINES
 
 DEFAULT_SANDBOX_WORKERS = 2
 

@@ -36,7 +36,10 @@ import torch
 
 from posttrain.scale.supervisor import Fault, cause_of, death_errors, not_started, record
 from posttrain.core.errors import ModelLoadError, TrainingError
-from posttrain.engine.protocol import ENGINES, Completion, SamplingParams, check_batch, request_seed
+from posttrain.engine.protocol import Completion, SamplingParams, check_batch, request_seed
+
+
+from posttrain.engine.registry import ENGINES
 
 
 @ray.remote(max_restarts=0, concurrency_groups={"control": 1})

@@ -30,6 +30,7 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
+from posttrain.core.errors import DataError
 from posttrain.core.registry import Registry
 
 EVAL_SEED_OFFSET = 1_000_000
@@ -174,6 +175,18 @@ def records_from_spec(spec: str, seed: int = 0, options: dict[str, dict] | None 
         i = counts[record["kind"]] = counts.get(record["kind"], 0) + 1
         out.append((f"pref:{record['kind']}#{i}", record))
     return out
+
+
+def preference_records(spec: str, seed: int = 0, options: dict[str, dict] | None = None) -> list[tuple[str, dict]] | None:
+    """The (where, record) of a `pref:KIND[,KIND...]:N` data spec (a DataError naming the spec when
+    malformed), for `train.pairs.load_pairs(spec, tok, records=...)`; None for any other spec (a
+    file or `hf:` dataset, which load_pairs reads itself)."""
+    if not spec.startswith("pref:"):
+        return None
+    try:
+        return records_from_spec(spec[5:], seed, options)
+    except ValueError as e:
+        raise DataError(f"{spec}: {e}") from None
 
 
 def unpaired(records: list[dict]) -> list[dict]:

@@ -1,11 +1,10 @@
-"""Chat data sources for SFT: JSONL files, HF datasets, and reasoning-gym worked examples.
+"""Chat data for SFT: JSONL files, HF datasets, and records built elsewhere.
 
     data = load_chat_examples("data.jsonl")                 # {"messages": [...]} per line
     data = load_chat_examples("hf:HuggingFaceH4/no_robots:train")   # datasets.load_dataset
     data = load_chat_examples("hf:/path/saved_with_save_to_disk")    # datasets.load_from_disk
-    data = load_chat_examples("gym:basic_arithmetic,chain_sum:4000", seed=0)
-    data = load_chat_examples("tasks:bfcl_simple_python:300", task_options={"bfcl_simple_python": {"split": "train"}},
-                              tokenizer=tok)                  # gold demonstrations of task sources
+    data = from_records(records, "gym:chain_sum:4000")      # task-built examples (recipes/sft.py
+                                                             # `load_sft_source`: gym:, tasks:)
 
 Every example is validated: `messages` must be a list of {role, content} string pairs
 with at least one assistant turn. A bad line raises `DataError` naming `file:line`;
@@ -19,7 +18,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from posttrain.core.errors import DataError
 
@@ -152,81 +151,18 @@ def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
     return data
 
 
-def load_gym(spec: str, seed: int = 0, task_options: Mapping[str, Mapping[str, Any]] | None = None) -> ChatData:
-    """'DOMAIN[,DOMAIN...]:N' -> N worked examples from reasoning-gym (seeds disjoint from eval's)."""
-    domains_part, sep, n_part = spec.rpartition(":")
-    if not sep or not domains_part or not n_part.isdigit() or int(n_part) <= 0:
-        raise DataError(f"gym:{spec}: expected gym:DOMAIN[,DOMAIN...]:N with N > 0, e.g. gym:chain_sum:1000")
-    from posttrain.domains.reasoning_gym.source import sft_examples
-
-    domains = [d.strip() for d in domains_part.split(",") if d.strip()]
-    records = sft_examples(domains, int(n_part), seed, options=task_options)
-    data = _collect(enumerate(records, start=1), f"gym:{spec}", skip_bad_lines=False, unit=" example ")
-    data.source = f"gym:{spec}"
+def from_records(records: Iterable[dict], source: str) -> ChatData:
+    """Chat examples from records built elsewhere (`{"messages": [...]}` each, e.g. tasks/sft_data.py),
+    checked like a file's lines; `source` names them in errors."""
+    data = _collect(enumerate(records, start=1), source, skip_bad_lines=False, unit=" example ")
+    data.source = source
     return data
 
 
-def load_task_demos(spec: str, seed: int = 0, task_options: Mapping[str, Mapping[str, Any]] | None = None,
-                    tokenizer=None) -> ChatData:
-    """'NAME[,NAME...]:N' -> N gold demonstrations of registered task sources (tasks/registry.py
-    `demo`, e.g. BFCL's first possible answer as tool calls), drawn by `seed` across the sources,
-    each source built with `task_options[NAME]` (e.g. {split: train}). A task with tools is shown
-    them as episodes show them (envs/tools/prompt.py `with_tools`, the model's parser writing the calls)."""
-    import random
-
-    from posttrain.tasks.registry import make_source_tasks, source_demo
-
-    names_part, sep, n_part = spec.rpartition(":")
-    if not sep or not names_part or not n_part.isdigit() or int(n_part) <= 0:
-        raise DataError(f"tasks:{spec}: expected tasks:NAME[,NAME...]:N with N > 0, e.g. tasks:bfcl_simple_python:300")
-    pool = []
-    for name in [x.strip() for x in names_part.split(",") if x.strip()]:
-        demo = source_demo(name)
-        if demo is None:
-            raise DataError(f"tasks:{spec}: source {name!r} has no gold demonstrations")
-        pool += [(t, demo) for t in make_source_tasks(name, None, seed, (task_options or {}).get(name, {}))]
-    random.Random(f"demos:{seed}").shuffle(pool)
-    parser = None
-    records = []
-    for task, demo in pool[: int(n_part)]:
-        gold = demo(task)
-        if gold is None:
-            continue
-        messages = [dict(m) for m in task.prompt]
-        tools = (task.metadata or {}).get("tools")
-        if tools or not isinstance(gold, str):
-            from posttrain.envs.tools.parsers import pick_parser
-            from posttrain.envs.tools.prompt import with_tools
-
-            if tokenizer is None:
-                raise DataError(f"tasks:{spec}: tool-calling demonstrations need the model's tokenizer")
-            parser = parser or pick_parser(tokenizer)
-            messages, kwargs = with_tools(messages, tools or [], parser, tokenizer)
-            if kwargs:
-                raise DataError(f"tasks:{spec}: this model's chat template renders tools= itself; demonstrations "
-                                "of tool tasks are written for templates that take them in the system prompt")
-            gold = gold if isinstance(gold, str) else parser.format_calls(gold)
-        records.append({"messages": [*messages, {"role": "assistant", "content": gold}]})
-    data = _collect(enumerate(records, start=1), f"tasks:{spec}", skip_bad_lines=False, unit=" example ")
-    data.source = f"tasks:{spec}"
-    return data
-
-
-def load_chat_examples(
-    source: str,
-    skip_bad_lines: bool = False,
-    seed: int = 0,
-    task_options: Mapping[str, Mapping[str, Any]] | None = None,
-    tokenizer=None,
-) -> ChatData:
-    """Load chat examples from a JSONL path, `hf:NAME[:SPLIT]`, `gym:DOMAIN[,DOMAIN...]:N` or
-    `tasks:NAME[,NAME...]:N` (gold demonstrations of registered task sources)."""
+def load_chat_examples(source: str, skip_bad_lines: bool = False) -> ChatData:
+    """Load chat examples from a JSONL path or `hf:NAME[:SPLIT]` (task-built examples: `from_records`)."""
     if source.startswith("hf:"):
         return load_hf(source[3:], skip_bad_lines)
-    if source.startswith("gym:"):
-        return load_gym(source[4:], seed, task_options)
-    if source.startswith("tasks:"):
-        return load_task_demos(source[6:], seed, task_options, tokenizer)
     return load_jsonl(source, skip_bad_lines)
 
 

@@ -2,7 +2,7 @@
 
     data = load_pairs("pairs.jsonl", tok, max_prompt_len=512, max_len=1024)
     data = load_pairs("hf:/path/saved_with_save_to_disk:train", tok)
-    data = load_pairs("pref:correct_vs_wrong,polite_vs_curt:2000", tok, seed=0)   # tasks/preferences.py
+    data = load_pairs(spec, tok, records=preference_records(spec, seed=0))   # spec "pref:KIND:N", tasks/preferences.py
     data.pairs[0].prompt_ids, data.pairs[0].chosen_ids     # prompt tokenized once, shared by both
     data.bad_lines_summary(), data.template_issues          # report these to the user
 
@@ -77,17 +77,8 @@ class PairData:
 # ---------------------------------------------------------------- records
 
 
-def _records(spec: str, seed: int = 0, options: dict | None = None) -> Iterable[tuple[str, Any]]:
-    """(where, record-or-ValueError) of a JSONL path, `hf:PATH_OR_NAME[:SPLIT]` or `pref:KIND[,KIND...]:N`."""
-    if spec.startswith("pref:"):
-        from posttrain.tasks.preferences import records_from_spec
-
-        try:
-            made = records_from_spec(spec[5:], seed, options)
-        except ValueError as e:
-            raise DataError(f"{spec}: {e}") from None
-        yield from made
-        return
+def _records(spec: str) -> Iterable[tuple[str, Any]]:
+    """(where, record-or-ValueError) of a JSONL path or `hf:PATH_OR_NAME[:SPLIT]`."""
     if spec.startswith("hf:"):
         yield from _hf_records(spec[3:])
         return
@@ -102,18 +93,6 @@ def _hf_records(spec: str) -> Iterable[tuple[str, Any]]:
     ds = open_hf_dataset(spec)
     for i, row in enumerate(ds):
         yield f"hf:{spec} row {i}", row
-
-
-def load_preference_records(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> list[tuple[str, dict]]:
-    """(where, record) of every line of `spec`; a malformed line raises DataError (skipped with skip_bad_lines)."""
-    out = []
-    for where, record in _records(spec, seed):
-        if isinstance(record, Exception):
-            if not skip_bad_lines:
-                raise DataError(f"{where}: {record}")
-            continue
-        out.append((where, record))
-    return out
 
 
 # ---------------------------------------------------------------- validation
@@ -339,10 +318,11 @@ def tokenize_pairs(records: Iterable[tuple[str, Any]], tokenizer, *, max_prompt_
 
 
 def load_pairs(spec: str, tokenizer, *, max_prompt_len: int = 512, max_len: int = 1024,
-               skip_bad_lines: bool = False, seed: int = 0, options: dict | None = None) -> PairData:
-    """Load and tokenize the preference data of `spec` (a JSONL path, `hf:...` or `pref:...`;
-    `options`: reasoning-gym options per domain for `pref:gym_DOMAIN` kinds)."""
-    data = tokenize_pairs(_records(spec, seed, options), tokenizer, max_prompt_len=max_prompt_len, max_len=max_len,
+               skip_bad_lines: bool = False, records: Iterable[tuple[str, Any]] | None = None) -> PairData:
+    """Load and tokenize the preference data of `spec` (a JSONL path or `hf:...`), or the
+    (where, record) pairs given as `records` (built elsewhere, e.g. tasks/preferences.py
+    `preference_records` for `pref:...`; `spec` then only names them)."""
+    data = tokenize_pairs(_records(spec) if records is None else records, tokenizer, max_prompt_len=max_prompt_len, max_len=max_len,
                           skip_bad_lines=skip_bad_lines)
     data.source = spec
     if not data.pairs and not data.examples:

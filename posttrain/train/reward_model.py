@@ -3,13 +3,13 @@
     rm = reward_model_from_causal_lm(path, dtype="float32", seed=0)   # causal LM body + a 1-output score head
     r = sequence_rewards(rm, [prompt + chosen, prompt + rejected, ...], pad_id=pad_id)  # [B], differentiable
     final = save_reward_model(rm, tokenizer, out_dir / "final", RewardStats(mean, std, n))
-    stats = load_reward_stats(final)                                   # final/reward_stats.json
-    value = normalised(r, stats)                                       # sigmoid((r - mean) / std), in [0, 1]
+    stats = load_reward_stats(final)        # core/hf.py (the scoring side): final/reward_stats.json
+    value = normalised(r, stats)            # core/hf.py: sigmoid((r - mean) / std), in [0, 1]
 
 The model is `AutoModelForSequenceClassification` with `num_labels=1` of the causal LM's own
 architecture (Qwen2ForSequenceClassification, LlamaForSequenceClassification, ...), so
 `AutoModelForSequenceClassification.from_pretrained(final)` and the `reward_model` verifier
-(verifiers/reward_model.py, through verifiers/judge.py's RewardModelJudge) load what is saved.
+(verifiers/reward_model.py, through verifiers/rm_judge.py's RewardModelJudge) load what is saved.
 
 Score head initialisation: normal with std 1/sqrt(hidden + 1), drawn from a generator seeded
 with `seed` (so the same seed gives the same head on any device), not zeros: a zero head makes
@@ -35,7 +35,6 @@ import json
 import math
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -43,11 +42,10 @@ import torch
 
 from posttrain.core.errors import DataError, ModelLoadError, TrainingError
 from posttrain.core.fsio import replace_dir
-from posttrain.core.hf import _check_path, load_tokenizer, pick_device, quiet_hf_progress, resolve_dtype
+from posttrain.core.hf import (STATS_FILE, STATS_VERSION, RewardStats, _check_path, load_tokenizer, pick_device,
+                               quiet_hf_progress, resolve_dtype)
 from posttrain.train.rl_batch import Sample, _attention_mask, _base, build_rl_microbatches, supports_shared_prefix
 
-STATS_FILE = "reward_stats.json"
-STATS_VERSION = 1
 
 
 # ---------------------------------------------------------------- building
@@ -183,15 +181,6 @@ def sequence_rewards(rm, seqs: Sequence[Sequence[int]], *, max_tokens_per_microb
 # ---------------------------------------------------------------- saving and stats
 
 
-@dataclass(frozen=True)
-class RewardStats:
-    """Rewards over a reference set (e.g. every chosen and rejected sequence of the held-out pairs)."""
-
-    mean: float
-    std: float
-    n: int
-
-
 def save_reward_model(rm, tokenizer, out_dir: str | Path, stats: RewardStats, *,
                       dtype: torch.dtype = torch.float32) -> Path:
     """out_dir: the RM (safetensors, converted to `dtype` in place, like train/run.py's export_final:
@@ -216,39 +205,3 @@ def save_reward_model(rm, tokenizer, out_dir: str | Path, stats: RewardStats, *,
     (tmp / STATS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     replace_dir(tmp, out)
     return out
-
-
-def load_reward_stats(path: str | Path) -> RewardStats:
-    """RewardStats from `path` (a reward model directory or the json file itself)."""
-    p = Path(path)
-    file = p / STATS_FILE if p.is_dir() else p
-    if not file.is_file():
-        raise ModelLoadError(f"{file}: reward stats file not found")
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"{file}: malformed reward stats: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ModelLoadError(f"{file}: malformed reward stats: expected a JSON object, got {type(data).__name__}")
-    if data.get("version") != STATS_VERSION:
-        raise ModelLoadError(f"{file}: malformed reward stats: version {data.get('version')!r}, "
-                             f"expected {STATS_VERSION}")
-    for key in ("mean", "std"):
-        x = data.get(key)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ModelLoadError(f"{file}: malformed reward stats: {key!r} must be a finite number, got {x!r}")
-    if not data["std"] > 0:
-        raise ModelLoadError(f"{file}: malformed reward stats: 'std' must be > 0, got {data['std']}")
-    n = data.get("n")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ModelLoadError(f"{file}: malformed reward stats: 'n' must be a count >= 0, got {n!r}")
-    return RewardStats(mean=float(data["mean"]), std=float(data["std"]), n=n)
-
-
-def normalised(raw: torch.Tensor | float, stats: RewardStats) -> torch.Tensor | float:
-    """sigmoid((raw - mean) / max(std, 1e-6)), in [0, 1]: a tensor for a tensor, else a float."""
-    std = max(stats.std, 1e-6)
-    if isinstance(raw, torch.Tensor):
-        return torch.sigmoid((raw - stats.mean) / std)
-    z = (float(raw) - stats.mean) / std
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))

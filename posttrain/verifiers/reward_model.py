@@ -50,12 +50,12 @@ from posttrain.core.types import Score, Task, Trajectory
 from posttrain.verifiers.options import verifier_options
 
 if TYPE_CHECKING:  # judge.py imports torch: loaded on first use, so registering this verifier stays cheap
-    from posttrain.verifiers.judge import RewardModelJudge
+    from posttrain.verifiers.rm_judge import RewardModelJudge
 
 log = logging.getLogger(__name__)
 
 NAME = "reward_model"
-STATS_FILE = "reward_stats.json"  # what train/reward_model.py writes (imported lazily: it needs torch)
+STATS_FILE = "reward_stats.json"  # core/hf.py STATS_FILE (imported lazily: core.hf needs torch)
 NORMALISE = ("stats", "sigmoid")
 OPTIONS = ("path", "normalise", "batch", "timeout_s", "max_length", "gate", "device")
 
@@ -77,7 +77,7 @@ def judge_for(path: str, device: str = "cpu", max_length: int = 1024) -> RewardM
         with _LOCK:
             if key in _JUDGES:
                 return _JUDGES[key]
-        from posttrain.verifiers.judge import RewardModelJudge
+        from posttrain.verifiers.rm_judge import RewardModelJudge
 
         judge = RewardModelJudge(key[0], device=key[1], max_length=key[2])  # a failed load is not cached
         with _LOCK:
@@ -99,7 +99,7 @@ def _read_stats(path: str) -> tuple[float, float] | None:
     if not (Path(path) / STATS_FILE).is_file():
         return None
     from posttrain.core.errors import ModelLoadError
-    from posttrain.train.reward_model import load_reward_stats
+    from posttrain.core.hf import load_reward_stats
 
     try:
         stats = load_reward_stats(path)
@@ -191,7 +191,7 @@ def score_many(task: Task, trajs: Sequence[Trajectory]) -> list[Score | None]:
             todo.append(i)
     if not todo:
         return out
-    from posttrain.verifiers.judge import scaled
+    from posttrain.verifiers.rm_judge import scaled
 
     judge = judge_for(opts["path"], opts["device"], opts["max_length"])
     for start in range(0, len(todo), opts["batch"]):

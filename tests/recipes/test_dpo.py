@@ -17,7 +17,7 @@ from posttrain.checkpoint import list_checkpoints
 from posttrain.config.base import load_config
 from posttrain.config.pref import DPOConfig
 from posttrain.core.errors import DataError
-from posttrain.recipes import dpo
+from posttrain.recipes import dpo, pref_loop
 from posttrain.tasks.preferences import make_preferences, unpaired, write_jsonl
 from posttrain.telemetry.metrics import read_metrics
 from posttrain.core.hf import load_model
@@ -168,7 +168,7 @@ def test_sft_coef_adds_the_chosen_mean_nll_to_each_pairs_loss():
 
     pc, pr, rc, rr = (torch.tensor(v) for v in ([-6.0, -9.0], [-8.0, -7.0], [-7.0, -8.5], [-7.5, -7.2]))
     nc, nr = torch.tensor([3.0, 4.0]), torch.tensor([2.0, 5.0])
-    plain = dpo.pair_loss(PrefAlgoConfig(beta=0.2), pc, pr, nc, nr, rc, rr)
-    rpo = dpo.pair_loss(PrefAlgoConfig(beta=0.2, sft_coef=0.5), pc, pr, nc, nr, rc, rr)
+    plain = pref_loop.pair_loss(PrefAlgoConfig(beta=0.2), pc, pr, nc, nr, rc, rr)
+    rpo = pref_loop.pair_loss(PrefAlgoConfig(beta=0.2, sft_coef=0.5), pc, pr, nc, nr, rc, rr)
     assert torch.allclose(rpo.loss - plain.loss, torch.tensor([0.5 * 6.0 / 3, 0.5 * 9.0 / 4]))
     assert torch.equal(rpo.chosen_reward, plain.chosen_reward)  # the implicit rewards are DPO's

@@ -19,7 +19,7 @@ from posttrain.core.errors import ConfigError
 from posttrain.eval import run as harness
 from posttrain.eval.sources import load_file
 from posttrain.eval.evaluate import evaluate_in_loop
-from posttrain.engine.protocol import ENGINES
+from posttrain.engine.registry import ENGINES
 from posttrain.domains.reasoning_gym.source import make_tasks
 from posttrain.core.types import Score
 from posttrain.verifiers import VERIFIERS, register

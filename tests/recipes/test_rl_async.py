@@ -17,7 +17,7 @@ from posttrain.config.base import load_config
 from posttrain.config.rl import RLConfig
 from posttrain.eval.run import stop_ids
 from posttrain.recipes import rl
-from posttrain.engine.protocol import ENGINES
+from posttrain.engine.registry import ENGINES
 from posttrain.engine.options import engine_options
 from posttrain.rl.collect import Collector
 from posttrain.rl.plan import Planner, make_curricula

@@ -56,7 +56,7 @@ def test_models_get_writes_a_standard_hf_directory(smol):
 def test_paged_engine_greedy_equals_transformers_generate(smol):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.core.types import SamplingParams
 
     tok = AutoTokenizer.from_pretrained(smol)

@@ -11,13 +11,13 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from posttrain import checkpoint as ck
 from posttrain.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from posttrain.config.base import load_config
 from posttrain.config.sft import SFTConfig
@@ -269,8 +269,8 @@ def test_injected_enospc_leaves_previous_checkpoint_intact(tmp_path, tiny_model_
     elif where == "extra":
         extra = {"buffer": lambda d: ((d / "part").write_bytes(b"1" * 10), _enospc())}
     else:
-        real_write = ck._write_text
-        monkeypatch.setattr(ck, "_write_text", lambda f, t: _enospc() if f.name == "state.json" else real_write(f, t))
+        real_write = Path.write_text
+        monkeypatch.setattr(Path, "write_text", lambda f, t, *a, **k: _enospc() if f.name == "state.json" else real_write(f, t, *a, **k))
     with pytest.raises(CheckpointError) as info:
         save_checkpoint(tmp_path, 2, model=model, optimizer=opt, extra=extra, keep_last=1)
     root = tmp_path / "checkpoints"

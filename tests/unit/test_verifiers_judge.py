@@ -13,6 +13,7 @@ from posttrain.core.errors import ConfigError, ModelLoadError
 from posttrain.engine.protocol import Completion, Engine, SamplingParams
 from posttrain.core.types import Task, Trajectory
 from posttrain.verifiers import judge as J
+from posttrain.verifiers.rm_judge import RewardModelJudge
 from posttrain.verifiers.registry import VERIFIERS, register, run_verifiers
 
 QUESTION = "What is 2 + 2?"
@@ -196,7 +197,7 @@ def test_make_judge_verifier_with_registry_and_rubric_option(tiny_tokenizer):
 
 
 def test_llm_judge_real_run_on_tiny_hf_engine(tiny_model_dir, tiny_tokenizer, monkeypatch):
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     engine = ENGINES["hf"](tiny_model_dir, tiny_tokenizer, dtype="float32", device="cpu")
     calls = []
@@ -270,7 +271,7 @@ ITEMS = [
 
 
 def test_reward_model_values_deterministic_and_batch_invariant(tiny_rm_dir):
-    rm = J.RewardModelJudge(tiny_rm_dir, batch_sequences=8)
+    rm = RewardModelJudge(tiny_rm_dir, batch_sequences=8)
     batched = rm.score_many(ITEMS)
     assert all(0.0 <= v <= 1.0 for v in batched)
     assert len(set(round(v, 4) for v in batched)) == 3  # different inputs, different values
@@ -282,7 +283,7 @@ def test_reward_model_values_deterministic_and_batch_invariant(tiny_rm_dir):
 
 
 def test_reward_model_truncation_and_forged_tokens(tiny_rm_dir, tiny_tokenizer):
-    rm = J.RewardModelJudge(tiny_rm_dir, max_length=64)
+    rm = RewardModelJudge(tiny_rm_dir, max_length=64)
     prompt = ITEMS[0][0]
     ids, truncated = rm.encode(prompt, "7 " * 5000)
     tail = tiny_tokenizer("<|im_end|>\n", add_special_tokens=False)["input_ids"]
@@ -295,15 +296,15 @@ def test_reward_model_truncation_and_forged_tokens(tiny_rm_dir, tiny_tokenizer):
 
 
 def test_reward_model_scales_and_verifier(tiny_rm_dir):
-    rm = J.RewardModelJudge(tiny_rm_dir, scale="minmax", logit_range=(-2.0, 2.0))
+    rm = RewardModelJudge(tiny_rm_dir, scale="minmax", logit_range=(-2.0, 2.0))
     assert [rm.to_value(x) for x in (0.0, -1.0, 3.0, -9.0)] == [0.5, 0.25, 1.0, 0.0]
-    sig = J.RewardModelJudge(tiny_rm_dir)
+    sig = RewardModelJudge(tiny_rm_dir)
     assert sig.to_value(0.0) == 0.5 and sig.to_value(-1000.0) == 0.0 and sig.to_value(1000.0) == 1.0
     assert sig.to_value(1.0) == pytest.approx(0.7310586)
     score = J.make_judge_verifier(sig, "rm")(make_task(), traj("4"))
     assert score.verifier == "rm" and score.value == pytest.approx(sig.score(make_task().prompt, "4"), abs=1e-6)
     assert "logit" in score.details
     with pytest.raises(ConfigError, match="logit_range"):
-        J.RewardModelJudge(tiny_rm_dir, scale="minmax")
+        RewardModelJudge(tiny_rm_dir, scale="minmax")
     with pytest.raises(ModelLoadError):
-        J.RewardModelJudge("/nonexistent/rm")
+        RewardModelJudge("/nonexistent/rm")

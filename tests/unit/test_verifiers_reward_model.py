@@ -93,7 +93,7 @@ def test_stats_normalised_score_matches_the_model(rm_dir):
     assert plain.value == pytest.approx(sigmoid(direct_logit(model, judge, COMPLETIONS[0])), abs=1e-6)
     cut = verify(make_task({"path": path, "max_length": 32}), traj("7 " * 400))
     assert cut.details["truncated"] is True and 0.0 <= cut.value <= 1.0
-    from posttrain.verifiers.judge import RewardModelJudge  # the judge's own "stats" scale agrees
+    from posttrain.verifiers.rm_judge import RewardModelJudge  # the judge's own "stats" scale agrees
 
     assert RewardModelJudge(path, scale="stats", stats=(mean, std)).score(PROMPT, COMPLETIONS[0]) == \
         pytest.approx(values[0], abs=1e-6)
@@ -190,7 +190,7 @@ def test_config_errors_are_one_line(rm_dir, tmp_path):
 
 def test_model_loaded_once_per_process(rm_dir, monkeypatch):
     path, _, _ = rm_dir
-    from posttrain.verifiers import judge as J
+    from posttrain.verifiers import rm_judge as J
 
     loads: list[str] = []
 

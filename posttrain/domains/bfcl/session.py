@@ -38,6 +38,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
+from posttrain.core.fsio import atomic_file
 from posttrain.envs.env import InfraError
 from posttrain.domains.terminal.env import work_root
 from posttrain.domains.terminal.session import (
@@ -86,11 +87,8 @@ def _write_readable(root: str, files: Mapping[str, str]) -> None:
     for rel, text in files.items():
         full = os.path.join(root, rel)
         os.makedirs(os.path.dirname(full), mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(full))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_file(full, "w", fsync=False, perms=0o644) as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, full)
 
 
 def runner_job(reference: Mapping[str, Any]) -> dict:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from posttrain.core.fsio import atomic_file
+
 DEFAULT_CACHE = ".cache/posttrain/rg_holdout"
 
 _skipped: dict[str, set[tuple[str, int]]] = {}  # domain -> {(config key, item seed)}
@@ -100,12 +102,9 @@ def _read(path: Path, size: int) -> tuple[list[str], list[int]] | None:
 
 def _write(path: Path, domain: str, config_key: str, size: int, questions: list[str], skipped: list[int]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        with atomic_file(path, "wb", fsync=False) as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
             json.dump({"domain": domain, "config": config_key, "size": size, "rg_version": _rg_version(),
                        "skipped": skipped, "questions": questions}, f)
-        os.replace(tmp, path)
     except OSError:  # a read-only or full disk only costs the next run a rebuild
         pass
 

@@ -27,6 +27,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from posttrain.core.errors import one_line
+
 HEAP_LIMIT_BYTES = 512 << 20  # process-wide: sqlite's own allocations, every connection together
 MAX_VALUE_BYTES = 100_000  # longest string or blob a query may build
 COUNT_CAP = 100_000  # rows past max_rows are counted up to this many
@@ -109,13 +111,15 @@ def _check_text(sql: str) -> None:
         raise QueryError("tool_failed", f"only read queries (SELECT / WITH / VALUES) are allowed, not {first!r}")
 
 
-def _one_line(error: Exception) -> str:
+def _query_message(error: Exception) -> str:
+    """The tool-facing text of a failed query: sqlite's message (no type name), with two cases
+    rephrased for the model."""
     if isinstance(error, MemoryError) or "out of memory" in str(error):
         return "out of memory: the query passed the memory bound"
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = one_line(str(error)) or type(error).__name__
     if "one statement at a time" in text:
         return "one statement per call (the query holds more than one)"
-    return text[:300]
+    return text
 
 
 def run_query(db_bytes: bytes, sql: str, *, timeout_s: float, max_rows: int = 50) -> QueryResult:
@@ -147,6 +151,6 @@ def run_query(db_bytes: bytes, sql: str, *, timeout_s: float, max_rows: int = 50
     except (sqlite3.Error, sqlite3.Warning, OverflowError, MemoryError, ValueError) as e:
         if timed_out:
             raise QueryError("tool_timeout", f"the query ran past its {timeout_s:g} s limit") from None
-        raise QueryError("tool_failed", _one_line(e)) from None
+        raise QueryError("tool_failed", _query_message(e)) from None
     finally:
         conn.close()

@@ -191,7 +191,3 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = x.float().abs().amax(dim=-1).clamp_min(1e-8) / 127.0
     q = torch.round(x.float() / scale[..., None]).clamp_(-127, 127).to(torch.int8)
     return q, scale
-
-
-def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return q.to(dtype) * scale[..., None].to(dtype)

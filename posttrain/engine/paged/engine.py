@@ -379,22 +379,9 @@ def _hits_stop_string(tokenizer, ids: list[int], stop: Sequence[str]) -> bool:
     return any(s in text for s in stop)
 
 
-def make_engine(model_or_path: Any, tokenizer=None, **options: Any) -> PagedEngine:
-    """`ENGINES["paged"]`: a path to an HF model directory (safetensors) or an HF causal LM object.
-    Options: device, dtype ('auto' = fp32 on CPU, bf16 on CUDA), block_size, num_blocks or
-    kv_cache_bytes, max_model_len, max_num_seqs, max_num_batched_tokens, prefix_sharing, kv_dtype,
-    weights ("exact", the default | "bf16" | "int8" | "int8-weight-only" | "auto": quant.py);
-    speculative ("ngram", the default | "draft:PATH" | None: off), speculative_k, speculative_max_running
-    (spec.py: drafts only while at most that many sequences are in flight; exact either way)."""
-    spec = {"speculative": "ngram"}
-    spec.update({k: options.pop(k) for k in ("speculative", "speculative_k", "speculative_max_running") if k in options})
+def build_engine(model_or_path: Any, tokenizer=None, **options: Any) -> PagedEngine:
+    """A PagedEngine (no speculation) from a path to an HF model directory (safetensors) or an HF
+    causal LM object; options go to PagedEngine (factory.py's `make_engine` adds speculation)."""
     if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
-        engine = PagedEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
-    else:
-        engine = PagedEngine.from_hf_model(model_or_path, tokenizer=tokenizer, **options)
-    if spec.get("speculative"):
-        from posttrain.engine.paged.spec import enable_speculative
-
-        enable_speculative(engine, spec["speculative"], k=spec.get("speculative_k"),
-                           max_running=spec.get("speculative_max_running", 4))
-    return engine
+        return PagedEngine.from_pretrained(str(model_or_path), tokenizer=tokenizer, **options)
+    return PagedEngine.from_hf_model(model_or_path, tokenizer=tokenizer, **options)

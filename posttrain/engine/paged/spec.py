@@ -30,9 +30,10 @@ from __future__ import annotations
 import threading
 from array import array
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.core.errors import ConfigError
+from posttrain.engine.paged.engine import build_engine
 from posttrain.engine.protocol import SamplingParams
 
 _ITEM = 4  # bytes per token id in the search buffer (array 'i')
@@ -121,21 +122,21 @@ class DraftModelProposer:
     Its vocabulary must be the target's (same tokenizer vocabulary when both engines have a
     tokenizer, else the same embedding size): a ConfigError (a ValueError) otherwise."""
 
-    def __init__(self, model_path_or_engine: Any, *, k: int = 4, **engine_options: Any):
+    def __init__(self, model_path_or_engine: Any, *, k: int = 4, make: Callable[..., Any] | None = None,
+                 **engine_options: Any):
         if k < 1:
             raise ValueError(f"DraftModelProposer: k must be >= 1, got {k}")
         self.k, self.engine_options = k, engine_options
+        self.make = make or build_engine  # factory(model_or_path, **options) of the draft's engine
         self._source = model_path_or_engine
         self.engine = model_path_or_engine if hasattr(model_path_or_engine, "add_request") else None
         self._target_vocab: int | None = None
 
     def bind(self, target: Any) -> None:
         if self.engine is None:
-            from posttrain.engine.paged.engine import make_engine
-
             options = {"device": target.device, "dtype": target.dtype, "block_size": 8, "max_num_seqs": 64,
                        "tokenizer": getattr(target, "tokenizer", None), **self.engine_options}
-            self.engine = make_engine(self._source, **options)
+            self.engine = self.make(self._source, **options)
         _check_same_vocab(self.engine, target)
         self._target_vocab = target.vocab_size
 
@@ -265,17 +266,17 @@ class Speculator:
 
 
 def enable_speculative(engine: Any, method: str | Proposer = "ngram", *, k: int | None = None,
-                       max_running: int = 4) -> Speculator:
+                       max_running: int = 4, make_draft: Callable[..., Any] | None = None) -> Speculator:
     """Turn on speculative decoding: `method` is "ngram" (prompt lookup), "draft:PATH" (a
     `DraftModelProposer` of the model at PATH) or a proposer object; k drafts per step at most
-    (default 4, or the proposer's own k).
+    (default 4, or the proposer's own k); `make_draft` builds a "draft:PATH" model's engine.
     Drafts only while at most `max_running` sequences are in flight. Returns the Speculator
     (also `engine.propose`), whose `stats()` counts drafts fed and accepted."""
     if isinstance(method, str):
         if method == "ngram":
             method = NgramProposer()
         elif method.startswith("draft:") and method[6:]:
-            method = DraftModelProposer(method[6:], k=k or 4)
+            method = DraftModelProposer(method[6:], k=k or 4, make=make_draft)
         else:
             raise ConfigError(f"speculative decoding: method must be 'ngram', 'draft:PATH' or a proposer "
                               f"(DraftModelProposer); got {method!r}")

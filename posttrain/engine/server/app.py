@@ -268,7 +268,7 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: st
     import uvicorn
 
     from posttrain.core.errors import ConfigError
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
     from posttrain.core.hf import load_tokenizer
 
     if engine not in ENGINES:

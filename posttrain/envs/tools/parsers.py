@@ -30,15 +30,10 @@ import json
 import re
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from posttrain.envs.env import Action, ParseError, ToolCall
 from posttrain.core.errors import ConfigError
-
-MAX_CALL_CHARS = 64 * 1024  # one call's text; longer is malformed unread
-MAX_CALLS = 64  # calls read per turn; the rest are one malformed error
-END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<|endoftext|>")
-_SPECIAL = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>")  # ChatML / Llama style special tokens
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-
+from posttrain.envs.env import Action, ParseError, ToolCall
+from posttrain.envs.tools.pythonic import PythonicParser
+from posttrain.envs.tools.text import MAX_CALL_CHARS, MAX_CALLS, Turn, short, split_think, strip_end, without_thinking
 
 class ToolParser(Protocol):
     name: str
@@ -46,63 +41,6 @@ class ToolParser(Protocol):
     def parse(self, text: str) -> Action: ...
 
     def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str: ...
-
-
-# ---------------------------------------------------------------- shared helpers
-
-
-def _strip_end(text: str) -> str:
-    """`text` without trailing whitespace and end-of-turn tokens (linear, no copies per token)."""
-    end = len(text)
-    while True:
-        while end and text[end - 1].isspace():
-            end -= 1
-        tok = next((t for t in END_TOKENS if text.endswith(t, 0, end)), None)
-        if tok is None:
-            return text[:end]
-        end -= len(tok)
-
-
-def _plain(text: str) -> str:
-    return _SPECIAL.sub("", text)
-
-
-def _split_think(text: str) -> list[tuple[bool, str]]:
-    """[(is_thinking, piece), ...] covering `text` in order."""
-    out: list[tuple[bool, str]] = []
-    pos = 0
-    close = text.find(_THINK_CLOSE)
-    opened = text.find(_THINK_OPEN)
-    if close != -1 and (opened == -1 or close < opened):  # the template opened the block
-        out.append((True, text[:close]))
-        pos = close + len(_THINK_CLOSE)
-    while pos < len(text):
-        start = text.find(_THINK_OPEN, pos)
-        if start == -1:
-            out.append((False, text[pos:]))
-            break
-        out.append((False, text[pos:start]))
-        end = text.find(_THINK_CLOSE, start)
-        if end == -1:
-            out.append((True, text[start:]))
-            break
-        pos = end + len(_THINK_CLOSE)
-        out.append((True, text[start:pos]))
-    return out
-
-
-def _visible(text: str) -> str:
-    """The turn without its thinking blocks."""
-    return "".join(piece for thinking, piece in _split_think(text) if not thinking)
-
-
-def _short(text: str, n: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _malformed(message: str, raw: str) -> ParseError:
-    return ParseError("malformed", " ".join(message.split()), raw[:MAX_CALL_CHARS])
 
 
 def json_type(value: Any) -> str:
@@ -143,36 +81,6 @@ def _load_json(body: str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-class _Turn:
-    """The calls and errors of one turn, bounded to MAX_CALLS items."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict]] = []
-        self.errors: list[ParseError] = []
-        self.overflowed = False
-
-    @property
-    def full(self) -> bool:
-        if len(self.calls) + len(self.errors) < MAX_CALLS:
-            return False
-        if not self.overflowed:
-            self.overflowed = True
-            why = f"more than {MAX_CALLS} tool calls in one turn; the rest were not read"
-            self.errors.append(_malformed(why, ""))
-        return True
-
-    def add(self, got: tuple[str, dict] | str, where: str, raw: str) -> None:
-        if isinstance(got, str):
-            self.errors.append(_malformed(f"{where}: {got}" if where else got, raw))
-        else:
-            self.calls.append(got)
-
-    def action(self, text: str, content: str) -> Action:
-        tool_calls = tuple(ToolCall(name, args, f"call_{i}") for i, (name, args) in enumerate(self.calls))
-        return Action(text=_plain(text).strip(), tool_calls=tool_calls, errors=tuple(self.errors),
-                      content=_plain(content).strip())
-
-
 # ---------------------------------------------------------------- hermes
 
 
@@ -181,12 +89,12 @@ class HermesParser:
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
     def parse(self, text: str) -> Action:
-        text = _strip_end(text)
-        turn = _Turn()
-        content = [self._read_piece(piece, turn) for thinking, piece in _split_think(text) if not thinking]
+        text = strip_end(text)
+        turn = Turn()
+        content = [self._read_piece(piece, turn) for thinking, piece in split_think(text) if not thinking]
         return turn.action(text, "".join(content))
 
-    def _read_piece(self, text: str, turn: _Turn) -> str:
+    def _read_piece(self, text: str, turn: Turn) -> str:
         """Reads the calls in `text` into `turn`; returns the text outside them."""
         outside = []
         pos = 0
@@ -230,7 +138,7 @@ class HermesParser:
         return _json_call(obj, ("arguments", "parameters")), end
 
     @staticmethod
-    def _read(body: str, raw: str, closed: bool, turn: _Turn) -> None:
+    def _read(body: str, raw: str, closed: bool, turn: Turn) -> None:
         where = "<tool_call>" if closed else "unclosed <tool_call>"
         if len(body) > MAX_CALL_CHARS:
             return turn.add(f"longer than {MAX_CALL_CHARS} characters", where, raw)
@@ -239,7 +147,7 @@ class HermesParser:
         try:
             obj = _load_json(body)
         except ValueError as e:
-            return turn.add(f"not valid JSON ({e}): {_short(body)}", where, raw)
+            return turn.add(f"not valid JSON ({e}): {short(body)}", where, raw)
         turn.add(_json_call(obj, ("arguments", "parameters")), where, raw)
 
     def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
@@ -260,20 +168,20 @@ class Llama3JsonParser:
     _NEXT_CALL = re.compile(r'[;\n]\s*(?=[{\[])')
 
     def parse(self, text: str) -> Action:
-        text = _strip_end(text)
-        visible = _visible(text)
+        text = strip_end(text)
+        visible = without_thinking(text)
         tag = visible.find(self.TAG)
         if tag != -1:
             content, region, tagged = visible[:tag], visible[tag + len(self.TAG):], True
         elif self._STARTS_CALL.match(visible.lstrip()):
             content, region, tagged = "", visible, False
         else:
-            return _Turn().action(text, visible)
-        turn = _Turn()
+            return Turn().action(text, visible)
+        turn = Turn()
         trailing = self._read_region(region.replace(self.TAG, " "), tagged, turn)
         return turn.action(text, content + trailing)
 
-    def _read_region(self, region: str, tagged: bool, turn: _Turn) -> str:
+    def _read_region(self, region: str, tagged: bool, turn: Turn) -> str:
         """Reads the calls in `region` into `turn`; returns trailing prose (content)."""
         decoder = json.JSONDecoder()
         pos, n = 0, len(region)
@@ -287,7 +195,7 @@ class Llama3JsonParser:
                     return region[pos:]  # prose after the calls
                 nxt = self._NEXT_CALL.search(region, pos)
                 stop = nxt.start() if nxt else n
-                turn.add(f"expected a JSON object, got: {_short(region[pos:stop])}", "tool call", region[pos:stop])
+                turn.add(f"expected a JSON object, got: {short(region[pos:stop])}", "tool call", region[pos:stop])
                 pos = stop
                 continue
             try:
@@ -300,7 +208,7 @@ class Llama3JsonParser:
                     why = f"longer than {MAX_CALL_CHARS} characters"
                 else:
                     why = "not valid JSON ({}): {}".format(
-                        "nested too deeply" if isinstance(e, RecursionError) else e, _short(raw))
+                        "nested too deeply" if isinstance(e, RecursionError) else e, short(raw))
                 turn.add(why, "tool call", raw)
                 pos = stop
                 continue
@@ -324,14 +232,8 @@ class Llama3JsonParser:
 PARSERS: dict[str, Callable[[], ToolParser]] = {
     "hermes": HermesParser,
     "llama3_json": Llama3JsonParser,
-    "pythonic": lambda: _pythonic()(),
+    "pythonic": PythonicParser,
 }
-
-
-def _pythonic():
-    from posttrain.envs.tools.pythonic import PythonicParser  # its own module: it reads this one's helpers
-
-    return PythonicParser
 
 
 def get_parser(name: str) -> ToolParser:

@@ -16,7 +16,7 @@ import re
 from typing import Any, Sequence
 
 from posttrain.envs.env import Action, ToolCall
-from posttrain.envs.tools.parsers import MAX_CALL_CHARS, _short, _strip_end, _Turn, _visible
+from posttrain.envs.tools.text import MAX_CALL_CHARS, Turn, short, strip_end, without_thinking
 
 
 class _NotLiteral(ValueError):
@@ -43,10 +43,10 @@ def _literal(node: ast.AST) -> Any:
             out[key] = _literal(v)
         return out
     if isinstance(node, ast.Call):
-        raise _NotLiteral(f"a function call ({_short(ast.unparse(node), 40)})")
+        raise _NotLiteral(f"a function call ({short(ast.unparse(node), 40)})")
     if isinstance(node, ast.Name):
         raise _NotLiteral(f"the name {node.id!r}")
-    raise _NotLiteral(_short(ast.unparse(node), 40))
+    raise _NotLiteral(short(ast.unparse(node), 40))
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -65,8 +65,8 @@ class PythonicParser:
     _IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
 
     def parse(self, text: str) -> Action:
-        text = _strip_end(text)
-        visible = _visible(text)
+        text = strip_end(text)
+        visible = without_thinking(text)
         start = visible.find(self.START)
         if start != -1:
             end = visible.find(self.END, start)
@@ -76,16 +76,16 @@ class PythonicParser:
         else:
             m = self._LIST_START.search(visible)
             if not m:
-                return _Turn().action(text, visible)
+                return Turn().action(text, visible)
             close = visible.rfind("]")
             stop = close + 1 if close > m.start(1) else len(visible)  # unclosed: runs to the end
             content = visible[:m.start(1)] + visible[stop:]
             region = visible[m.start(1):stop]
-        turn = _Turn()
+        turn = Turn()
         self._read_region(region.strip(), turn)
         return turn.action(text, content)
 
-    def _read_region(self, region: str, turn: _Turn) -> None:
+    def _read_region(self, region: str, turn: Turn) -> None:
         if not region:
             return turn.add("empty tool call block", "", region)
         if len(region) > MAX_CALL_CHARS:
@@ -94,7 +94,7 @@ class PythonicParser:
             tree = ast.parse(region, mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             why = e.msg if isinstance(e, SyntaxError) else "nested too deeply"
-            return turn.add(f"not a Python list of calls ({why}): {_short(region)}", "tool calls", region)
+            return turn.add(f"not a Python list of calls ({why}): {short(region)}", "tool calls", region)
         for node in tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]:
             if turn.full:
                 return
@@ -102,7 +102,7 @@ class PythonicParser:
 
     @staticmethod
     def _call(node: ast.AST) -> tuple[str, dict] | str:
-        src = _short(ast.unparse(node))
+        src = short(ast.unparse(node))
         if not isinstance(node, ast.Call):
             return f"expected a function call like f(x=1), got: {src}"
         name = _dotted(node.func)

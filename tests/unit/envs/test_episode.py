@@ -162,7 +162,7 @@ def test_final_state_is_json_and_rescored_without_the_episode(tiny_tokenizer):
 
 def test_cancelled_request_is_aborted_in_the_engine(tiny_model_dir, tiny_tokenizer):
     from posttrain.engine.client import AsyncEngine
-    from posttrain.engine.paged.engine import make_engine
+    from posttrain.engine.paged.factory import make_engine
 
     engine = make_engine(tiny_model_dir, tiny_tokenizer, speculative=None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from posttrain.envs.rollout import rollout
 from posttrain.engine.protocol import SamplingParams
-from posttrain.engine.paged.engine import make_engine
+from posttrain.engine.paged.factory import make_engine
 from posttrain.core.types import Limits, Task
 
 

@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from posttrain.eval.passk import mean_pass_at_k, pass_at_k
+from posttrain.eval.passk import pass_at_k
 
 
 @pytest.mark.parametrize(
@@ -38,9 +38,3 @@ def test_stable_for_large_n_and_matches_binomials():
 def test_invalid_arguments(n, c, k):
     with pytest.raises(ValueError):
         pass_at_k(n, c, k)
-
-
-def test_mean_pass_at_k():
-    assert mean_pass_at_k([(5, 2), (5, 0)], 1) == pytest.approx(0.2)
-    assert mean_pass_at_k([(5, 2), (5, 5)], 2) == pytest.approx((0.7 + 1.0) / 2)
-    assert mean_pass_at_k([], 1) == 0.0

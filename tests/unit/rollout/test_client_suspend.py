@@ -16,7 +16,7 @@ import torch
 from posttrain.engine import HFEngine, SamplingParams
 from posttrain.engine.client import AsyncEngine
 from posttrain.engine.paged import PagedEngine
-from tests.unit.rollout.engine_checks import same
+from tests.unit.engine.engine_checks import same
 
 LONG = 40
 

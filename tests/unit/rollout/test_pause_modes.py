@@ -18,7 +18,7 @@ from posttrain.engine import SamplingParams
 from posttrain.engine.client import AsyncEngine
 from posttrain.engine.paged import PagedEngine
 from posttrain.engine.weight_sync import InProcessTransport
-from tests.unit.rollout.engine_checks import same
+from tests.unit.engine.engine_checks import same
 
 LONG = 100
 

@@ -25,7 +25,7 @@ from posttrain.engine import SamplingParams
 from posttrain.engine.paged import PagedEngine
 from posttrain.engine.weight_sync import (DirectoryTransport, InProcessTransport, make_manifest, receive_and_swap,
                                            verify)
-from tests.unit.rollout.engine_checks import same
+from tests.unit.engine.engine_checks import same
 
 ROOT = Path(__file__).resolve().parents[3]
 PARAMS = [SamplingParams(temperature=1.0, max_tokens=12, seed=3 + i) for i in range(4)]

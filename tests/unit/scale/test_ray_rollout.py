@@ -11,7 +11,9 @@ import time
 import pytest
 import torch
 
-from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.protocol import SamplingParams
+
+from posttrain.engine.registry import ENGINES
 
 OPTIONS = {"device": "cpu", "dtype": "float32"}
 

@@ -15,6 +15,7 @@ from posttrain.tasks.preferences import (
     correct_vs_wrong,
     make_preferences,
     polite_vs_curt,
+    preference_records,
     unpaired,
     write_jsonl,
 )
@@ -78,20 +79,24 @@ def test_chosen_never_equals_rejected(conversational):
         assert r["chosen"] != r["rejected"]
 
 
+def _pref_pairs(spec, tok, seed=0):
+    return load_pairs(spec, tok, records=preference_records(spec, seed))
+
+
 def test_pref_spec_through_load_pairs(tiny_tokenizer):
-    data = load_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer)
+    data = _pref_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer)
     assert len(data.pairs) == 20 and not data.bad_lines and not data.template_issues
     wheres = [p.where for p in data.pairs]
     assert sum(w.startswith("pref:correct_vs_wrong#") for w in wheres) == 10
     assert "pref:polite_vs_curt#1" in wheres and len(set(wheres)) == 20
     first = data.pairs[0]
     assert first.prompt_ids and first.chosen_ids != first.rejected_ids
-    again = load_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer)
-    other = load_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer, seed=1)
+    again = _pref_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer)
+    other = _pref_pairs("pref:correct_vs_wrong,polite_vs_curt:20", tiny_tokenizer, seed=1)
     assert again.pairs == data.pairs and other.pairs != data.pairs
     for bad in ("pref:nope:5", "pref:correct_vs_wrong:0", "pref:correct_vs_wrong"):
         with pytest.raises(DataError, match=rf"^{bad}: "):
-            load_pairs(bad, tiny_tokenizer)
+            _pref_pairs(bad, tiny_tokenizer)
 
 
 def test_unpaired_records_load_as_kto_examples(tmp_path, tiny_tokenizer):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from posttrain.core.errors import DataError
-from posttrain.train.pairs import load_pairs, load_preference_records, tokenize_pairs
+from posttrain.train.pairs import load_pairs, tokenize_pairs
 from posttrain.train.tokenizer import CHAT_TEMPLATE
 
 USER = {"role": "user", "content": "Calculate 12 + 3."}
@@ -75,7 +75,6 @@ def test_trl_conversational_file_loads_unchanged(tmp_path, tiny_tokenizer):
          "chosen": [{"content": "6", "role": "assistant"}], "rejected": [{"content": "7", "role": "assistant"}]},
     ]
     path = write(tmp_path, rows)
-    assert [r for _, r in load_preference_records(path)] == rows
     data = load_pairs(path, tiny_tokenizer)
     assert len(data.pairs) == 2
     for pair, row in zip(data.pairs, rows):
@@ -158,9 +157,8 @@ def test_skip_bad_lines_counts_and_all_bad_is_an_error(tmp_path, tiny_tokenizer)
     assert data.bad_lines[0] == f"{path}:2: chosen and rejected are identical"
     assert data.bad_lines[1].startswith(f"{path}:5: not valid JSON")
     assert data.bad_lines_summary().startswith(f"2 bad lines skipped in {path}: {path}:2: chosen and")
-    assert len(load_preference_records(path, skip_bad_lines=True)) == 3
-    with pytest.raises(DataError, match=r":5: not valid JSON"):
-        load_preference_records(path)
+    with pytest.raises(DataError, match=r":2: chosen and rejected are identical"):
+        load_pairs(path, tiny_tokenizer)
     all_bad = write(tmp_path, [{"prompt": "a", "chosen": "b", "rejected": "b"}, "{"], name="bad.jsonl")
     with pytest.raises(DataError, match=rf"^{all_bad}: no valid records \(2 bad lines, first {all_bad}:1: "):
         load_pairs(all_bad, tiny_tokenizer, skip_bad_lines=True)

@@ -12,8 +12,8 @@ import torch
 
 from posttrain.core.errors import ModelLoadError
 from posttrain.core.hf import load_model, load_tokenizer
-from posttrain.train.reward_model import (RewardStats, load_reward_stats, normalised, reward_model_from_causal_lm,
-                                          save_reward_model, sequence_rewards)
+from posttrain.core.hf import RewardStats, load_reward_stats, normalised
+from posttrain.train.reward_model import reward_model_from_causal_lm, save_reward_model, sequence_rewards
 
 CPU = torch.device("cpu")
 
@@ -143,7 +143,7 @@ def test_normalised():
 
 
 def test_judge_loads_it_and_agrees(rm, saved):
-    from posttrain.verifiers.judge import RewardModelJudge
+    from posttrain.verifiers.rm_judge import RewardModelJudge
 
     judge = RewardModelJudge(str(saved), dtype="float32")
     items = [([{"role": "user", "content": "Calculate 2 + 3."}], "We add 2 and 3 to get 5.\nAnswer: 5"),

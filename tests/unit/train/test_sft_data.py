@@ -112,14 +112,6 @@ def test_hf_unknown_dataset_is_one_line_dataerror(tmp_path, monkeypatch):
     assert "\n" not in str(e.value)
 
 
-def test_gym_source_gives_valid_chats():
-    data = load_chat_examples("gym:basic_arithmetic,chain_sum:6", seed=0)
-    assert len(data.examples) == 6
-    assert all(ex[-1]["role"] == "assistant" and ex[-1]["content"] for ex in data.examples)
-    with pytest.raises(DataError, match="expected gym:DOMAIN"):
-        load_chat_examples("gym:basic_arithmetic")
-
-
 def test_split_eval_is_deterministic_and_disjoint():
     examples = [chat(i)["messages"] for i in range(100)]
     train, held = split_eval(examples, 0.1, seed=3)

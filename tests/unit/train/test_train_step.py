@@ -14,7 +14,8 @@ import torch
 
 from posttrain.config.rl import RLConfig
 from posttrain.envs.rollout import rollout
-from posttrain.engine.protocol import ENGINES, SamplingParams
+from posttrain.engine.protocol import SamplingParams
+from posttrain.engine.registry import ENGINES
 from posttrain.core.hf import load_model, load_tokenizer
 from posttrain.train.optim import build_optimizer, build_scheduler
 from posttrain.train.rl_batch import sequence_logprobs

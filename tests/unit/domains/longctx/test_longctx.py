@@ -186,7 +186,7 @@ def test_summarize_grid_by_length_and_depth():
 
 
 def test_probes_run_through_the_paged_engine_with_chunked_prefill(tiny_model_dir, tiny_tokenizer):
-    from posttrain.engine.paged.engine import make_engine
+    from posttrain.engine.paged.factory import make_engine
 
     # the tiny tokenizer packs English ~3x less densely than SmolLM2's: these prompts are 500-800 tokens,
     # within the tiny model's 1024 positions

@@ -12,7 +12,7 @@ import torch
 from posttrain.engine import ENGINES, Completion, HFEngine, SamplingParams
 from posttrain.engine.protocol import SteppingEngine
 from posttrain.engine.paged import PagedEngine, make_engine
-from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, same
+from tests.unit.engine.engine_checks import chi_square, chi_square_999, greedy, same
 
 
 @pytest.fixture(scope="module")

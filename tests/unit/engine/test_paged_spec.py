@@ -13,7 +13,7 @@ import torch
 
 from posttrain.engine import SamplingParams
 from posttrain.engine.paged import PagedEngine
-from tests.unit.rollout.engine_checks import mixed_params
+from tests.unit.engine.engine_checks import mixed_params
 from posttrain.engine.paged.spec import (
     DraftModelProposer, SpecStats, disable_speculative, enable_speculative, ngram_propose,
 )
@@ -330,7 +330,7 @@ def test_backoff_after_misses_by_hand(looping_model, prompts):
 
 
 def test_make_engine_speculative_option(tiny_model_dir, tiny_tokenizer, prompts):
-    from posttrain.engine.protocol import ENGINES
+    from posttrain.engine.registry import ENGINES
 
     plain = ENGINES["paged"](tiny_model_dir, tiny_tokenizer, speculative=None)
     assert ENGINES["paged"](tiny_model_dir, tiny_tokenizer).propose is not None  # n-gram drafts by default

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posttrain.engine import ENGINES, Completion, Engine, HFEngine, SamplingParams, sample_next
-from tests.unit.rollout.engine_checks import chi_square, chi_square_999, greedy, logprob_error, same
+from tests.unit.engine.engine_checks import chi_square, chi_square_999, greedy, logprob_error, same
 
 
 @pytest.fixture(scope="module")

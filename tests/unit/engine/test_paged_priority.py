@@ -12,7 +12,7 @@ from posttrain.engine import SamplingParams
 from posttrain.engine.paged import PagedEngine
 from posttrain.engine.paged.cache import BlockAllocator
 from posttrain.engine.paged.scheduler import Scheduler, Sequence
-from tests.unit.rollout.engine_checks import mixed_params, same
+from tests.unit.engine.engine_checks import mixed_params, same
 
 
 def engine(model, **options) -> PagedEngine:

@@ -9,7 +9,7 @@ import torch
 
 from posttrain.engine import SamplingParams
 from posttrain.engine.paged import PagedEngine
-from tests.unit.rollout.engine_checks import mixed_params
+from tests.unit.engine.engine_checks import mixed_params
 from posttrain.engine.paged.cache import BlockAllocator, block_key
 
 

@@ -1,10 +1,11 @@
-"""Checks the engine tests share (HF reference engine and paged engine alike): completion
+"""Checks and fixtures the engine tests share (HF reference engine and paged engine alike): completion
 equality, the sampler's logprobs against a full forward, and a chi-square goodness-of-fit test."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from posttrain.engine import Completion, SamplingParams
@@ -57,3 +58,25 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor, n: int) -> tuple[float
     exp = torch.cat([expected[big], expected[~big].sum()[None]])
     keep = exp > 0
     return float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()), int(keep.sum()) - 1
+
+
+# ---------------------------------------------------------------- fixtures (conftest.py re-exports them)
+PROMPT_TEXTS = ["Calculate 1 + 2.", "Calculate 345 + 678 and then some more words.", "x", "We add 12 and"]
+
+
+@pytest.fixture(scope="module")
+def sharp_model(tiny_model_dir):
+    """Callers that hand it to an engine owning its model (HFEngine) pass a deepcopy."""
+    from posttrain.core.hf import load_model
+
+    model = load_model(tiny_model_dir, "float32", torch.device("cpu"))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(10.0)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_tokenizer):
+    return [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPT_TEXTS]
