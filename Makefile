@@ -7,11 +7,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
-BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps demo demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps data demo demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
-setup: $(STAMP) sysdeps
+setup: $(STAMP) sysdeps data
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -22,9 +21,12 @@ $(STAMP): pyproject.toml
 		echo "CPU machine: installing $(TORCH_CPU) (CPU build)"; $(PY) -m pip install -q "$(TORCH_CPU)"; \
 	fi
 	$(PY) -m pip install -q -e ".[dev]"
-	# BFCL v4's data (function-calling tasks): its JSON only is read, its code is never imported
-	$(PY) -m pip install -q --no-deps "$(BFCL)"
 	@touch $(STAMP)
+
+# BFCL v4's data (function-calling tasks) into the user's cache (~/.cache/posttrain, or $$POSTTRAIN_CACHE),
+# pinned and checksummed; a no-op once there. Its JSON only is read, its code never imported.
+data: $(STAMP)
+	$(VENV)/bin/posttrain tasks fetch bfcl
 
 # bubblewrap isolates the sandbox; openscad renders the CAD environment's parts; chromium renders
 # report.html in its browser test (tests/unit/telemetry/test_report_browser.py). Installed with

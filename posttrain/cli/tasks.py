@@ -1,6 +1,7 @@
 """`posttrain tasks ...`: inspect task sources and build task sets from a user's data.
 
-    posttrain tasks list
+    posttrain tasks list [--json]
+    posttrain tasks fetch bfcl                                                  # BFCL's data into the cache
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
     posttrain tasks validate posttrain/domains/terminal/data [--json]            # see domains/terminal/validate.py
     posttrain tasks audit-scorers [--domains a,b] [--write]                    # see domains/reasoning_gym/audit.py
@@ -23,13 +24,47 @@ EXAMPLES = 3  # duplicate / leaked rows shown under the summary
 
 
 @app.command("list")
-def tasks_list() -> None:
-    """List every task domain available by name: registered sources, groups and reasoning-gym domains
+def tasks_list(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array: name, kind, uses, available, fetch, description."),
+) -> None:
+    """List every task name: domains (generated tasks), sources (fixed datasets) and groups (several
+    domains, expanded in eval suites), with where each can be used and whether its data is here
     (JSONL task files are named by path)."""
-    from posttrain.tasks import registry
+    import json
 
-    for name in registry.known_names():
-        print(name)
+    from posttrain.tasks.registry import catalogue
+
+    rows = catalogue()
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    out = Console()
+    for kind, title in (("group", "Groups"), ("source", "Sources (fixed datasets)"), ("domain", "Domains")):
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col in ("name", "uses", "data", "description"):
+            table.add_column(col, overflow="fold")
+        for r in (r for r in rows if r["kind"] == kind):
+            data = "yes" if r["available"] else f"[red]missing[/red]: {r['fetch']}"
+            about = r["description"] + (f" ({len(r['members'])} members)" if "members" in r else "")
+            table.add_row(r["name"], ",".join(r["uses"]), data, about)
+        out.print(table)
+    missing = sorted({r["fetch"] for r in rows if not r["available"]})
+    out.print(f"{len(rows)} names; " + (f"fetch missing data with: {'; '.join(missing)}" if missing else "all data present"))
+
+
+@app.command("fetch")
+def tasks_fetch(
+    what: str = typer.Argument(..., help="What to fetch: bfcl (BFCL v4's data, pinned to the checker's version)."),
+    force: bool = typer.Option(False, "--force", help="Fetch again even when the cache is complete."),
+    wheel: Optional[str] = typer.Option(None, "--wheel", help="Use this local wheel file instead of downloading it."),
+) -> None:
+    """Fetch the data a domain needs into the cache (once; later runs are offline)."""
+    from posttrain.domains.bfcl import fetch
+
+    if what != "bfcl":
+        raise ConfigError(f"tasks fetch: unknown data {what!r}; known: bfcl")
+    where = fetch.fetch(force=force, wheel=wheel)
+    print(f"bfcl: {fetch.REQUIREMENT} data in {where}")
 
 
 def failures_table(failures, dropped: bool = False) -> Table:

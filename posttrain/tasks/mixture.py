@@ -33,7 +33,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.core.errors import ConfigError
 from posttrain.tasks.jsonl import load_tasks
-from posttrain.tasks.registry import FAMILIES, check_name, group_of, is_generated, is_source, make_source_tasks
+from posttrain.tasks.registry import (FAMILIES, check_name, expand_group, group_of, is_generated, is_group, is_source,
+                                      make_source_tasks)
 from posttrain.core.types import Task
 
 class Source(Protocol):
@@ -281,6 +282,11 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
                 d.verifier_thresholds = resolve_thresholds(d.verifier_thresholds, where)
             except ConfigError as e:
                 raise ConfigError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+        if d.path is None and is_group(d.name):  # groups expand in eval suites; a training mix names its domains
+            members = expand_group(d.name)
+            shown = ", ".join(members[:6]) + (f", ... ({len(members)} in all)" if len(members) > 6 else "")
+            raise ConfigError(f"tasks: {d.name!r} is a group, not a domain: name its member domains one entry "
+                              f"each ({shown}); `posttrain tasks list` shows them")
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
         elif is_generated(d.name):

@@ -46,6 +46,10 @@ class Source:
     demo: Callable[[Task], Any] | str | None = None
     # a generated domain's difficulty levels (1..levels, option `level`; tasks/generated.py); None: not generated
     levels: int | None = None
+    # where the name can be used: "rl", "eval", "sft" (a demo), "pref"; eval-only sources say so
+    uses: tuple[str, ...] = ("rl", "eval")
+    # "module:function" returning None when the source's data is here, else the command that fetches it
+    requires: str | None = None
 
     def fn(self) -> SourceFn:
         return resolve(self.make) if isinstance(self.make, str) else self.make
@@ -60,22 +64,30 @@ FAMILIES = Registry("task family", error=ConfigError)
 
 def register_source(name: str, make: SourceFn | str | None = None, *, size: int | None = None,
                     description: str = "", demo: Callable[[Task], Any] | str | None = None,
-                    levels: int | None = None):
+                    levels: int | None = None, uses: tuple[str, ...] = ("rl", "eval"),
+                    requires: str | None = None):
     """register_source(name, ...)(fn) as a decorator, or register_source(name, fn_or_"module:function", ...)."""
     def add(fn: SourceFn | str) -> SourceFn | str:
         old = SOURCES.get(name, None)
         if old is not None and old.make is not fn and old.make != fn:
             raise ValueError(f"task source {name!r} is already registered")
         doc = "" if isinstance(fn, str) else (fn.__doc__ or "").strip().split("\n")[0]
-        SOURCES[name] = Source(name, fn, size, description or doc, demo, levels)
+        used = tuple(uses) + (("sft",) if demo is not None and "sft" not in uses and "rl" in uses else ())
+        SOURCES[name] = Source(name, fn, size, description or doc, demo, levels, used, requires)
         return fn
 
     return add if make is None else add(make)
 
 
-def register_group(name: str, members: Callable[[], list[str]] | str) -> None:
-    """`name` stands for the domains `members()` returns (called lazily, when a spec names it)."""
+GROUP_INFO: dict[str, dict[str, Any]] = {}  # group -> {"description", "member_uses"}
+
+
+def register_group(name: str, members: Callable[[], list[str]] | str, *, description: str = "",
+                   member_uses: tuple[str, ...] = ("eval",)) -> None:
+    """`name` stands for the domains `members()` returns (called lazily, when a spec names it).
+    `member_uses`: where a member that is no source itself (a reasoning-gym domain) can be used."""
     GROUPS.register(name, members)
+    GROUP_INFO[name] = {"description": description, "member_uses": tuple(member_uses)}
 
 
 def sources() -> dict[str, Source]:
@@ -140,3 +152,27 @@ def make_source_tasks(name: str, n: int | None, seed: int, options: Mapping[str,
     if bad is not None:  # a source bug, not user input
         raise ValueError(f"task source {name!r} returned a task of domain {bad.domain!r}")
     return tasks
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """Every name `posttrain tasks list` shows, as records: name, kind ("domain": generated tasks;
+    "source": a fixed dataset; "group": several domains, expanded in eval suites), uses (where it
+    can be named: rl, sft, eval, pref), available (its data is here), fetch (the command that makes
+    it available, when it is not), description; groups add their members."""
+    out: list[dict[str, Any]] = []
+    for name in sorted(SOURCES):
+        src = SOURCES[name]
+        fetch = resolve(src.requires)() if src.requires else None
+        out.append({"name": name, "kind": "domain" if src.size is None else "source", "uses": list(src.uses),
+                    "available": fetch is None, **({"fetch": fetch} if fetch else {}),
+                    "description": src.description})
+    for group in sorted(GROUPS):
+        members = expand_group(group)
+        info = GROUP_INFO.get(group, {})
+        out.append({"name": group, "kind": "group", "uses": ["eval"], "available": True,
+                    "description": info.get("description") or f"{len(members)} domains", "members": members})
+        for m in members:
+            if m not in SOURCES:
+                out.append({"name": m, "kind": "domain", "uses": list(info.get("member_uses", ("eval",))),
+                            "available": True, "description": f"{group}: {m}", "group": group})
+    return sorted(out, key=lambda r: (r["kind"] != "group", r.get("group") or r["name"], r["name"]))

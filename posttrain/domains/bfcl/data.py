@@ -6,8 +6,9 @@
     docs = multi_turn_docs(["GorillaFileSystem"])    # BFCL's function docs of the multi-turn API classes
     files = class_sources(["GorillaFileSystem"])     # {"gorilla_file_system.py": text, ...} for the sandbox
 
-The data is the `bfcl-eval` wheel's (installed `--no-deps`): its package directory is found with
-`importlib.util.find_spec`, which does not execute the package; only its JSON files and, for the
+The data is the `bfcl-eval` wheel's, fetched into the cache by `posttrain tasks fetch bfcl` (fetch.py;
+an installed `bfcl_eval` package is used when there is no fetched copy, found with
+`importlib.util.find_spec`, which does not execute it); only its JSON files and, for the
 multi-turn classes, its source files *as text* are read here. Nothing under `bfcl_eval` is ever
 imported in our process (the classes run inside the sandbox, envs/bfcl_runner.py).
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.core.errors import ConfigError, DataError
+from posttrain.domains.bfcl.fetch import FETCH_COMMAND, REQUIREMENT, fetched_dir
 
 TEST_FRACTION_OF = 4  # one id in 4 is held out
 SPLITS = ("train", "test", "all")
@@ -54,12 +56,24 @@ TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "integer": "i
 
 
 def bfcl_dir() -> Path:
-    """The installed bfcl_eval package directory (a ConfigError when the wheel is missing)."""
+    """BFCL's `bfcl_eval` data directory: the fetched copy in the cache (`posttrain tasks fetch bfcl`,
+    fetch.py), else an installed `bfcl_eval` package; a ConfigError naming the fetch command when neither is there."""
+    fetched = fetched_dir()
+    if fetched is not None:
+        return fetched
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("bfcl: the `bfcl-eval` wheel is not installed "
-                          "(pip install --no-deps bfcl-eval==2026.3.23, as the Makefile does)")
+        raise ConfigError(f"bfcl: BFCL v4's data is not here: run `{FETCH_COMMAND}` (downloads {REQUIREMENT} "
+                          "into the cache once, then works offline)")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def missing() -> str | None:
+    """None when BFCL's data is here, else the command that fetches it (`posttrain tasks list`)."""
+    if fetched_dir() is not None:
+        return None
+    spec = importlib.util.find_spec("bfcl_eval")
+    return None if spec is not None and spec.submodule_search_locations else FETCH_COMMAND
 
 
 def _read_json_lines(path: Path) -> list[dict]:

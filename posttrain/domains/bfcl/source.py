@@ -38,6 +38,7 @@ SINGLE_TURN = {
     "live_irrelevance": 884, "live_relevance": 16,
 }
 MULTI_TURN_SIZE = 200
+REQUIRES = "posttrain.domains.bfcl.data:missing"  # BFCL's data: `posttrain tasks fetch bfcl`
 SINGLE_TURN_LIMITS = Limits(max_new_tokens=512, max_total_tokens=16384)
 MULTI_TURN_STEPS_PER_QUESTION = 8  # assistant turns per user question (BFCL allows 20 steps per turn)
 
@@ -93,7 +94,7 @@ def _register_single_turn(category: str, size: int) -> None:
     def make(n: int | None, seed: int, options: Mapping[str, Any]) -> list[Task]:
         return single_turn_tasks(category, n, seed, options)
 
-    register_source(f"bfcl_{category}", size=size, description=f"BFCL v4 {category}: {what}",
+    register_source(f"bfcl_{category}", size=size, description=f"BFCL v4 {category}: {what}", requires=REQUIRES,
                     demo=None if "relevance" in category else gold_calls)(make)
 
 
@@ -118,7 +119,7 @@ def multi_turn_task(source: str, entry: dict) -> Task:
     )
 
 
-@register_source("bfcl_multi_turn_base", size=MULTI_TURN_SIZE,
+@register_source("bfcl_multi_turn_base", size=MULTI_TURN_SIZE, requires=REQUIRES,
                  description="BFCL v4 multi_turn_base: API classes in the sandbox, scored by their final state")
 def bfcl_multi_turn_base(n: int | None, seed: int, options: Mapping[str, Any]) -> list[Task]:
     split, dots = _options("bfcl_multi_turn_base", options)

@@ -9,7 +9,9 @@ from posttrain.tasks.preferences import FAMILIES as PAIR_FAMILIES
 from posttrain.tasks.registry import FAMILIES, register_group
 from posttrain.verifiers.registry import register
 
-register_group("reasoning_gym", "posttrain.domains.reasoning_gym.source:list_domains")
+register_group("reasoning_gym", "posttrain.domains.reasoning_gym.source:list_domains",
+               description="every reasoning-gym domain (procedural, verified by its own scorer)",
+               member_uses=("rl", "sft", "eval", "pref"))
 FAMILIES.register("reasoning_gym", "posttrain.domains.reasoning_gym.mixture:GymSource")
 PAIR_FAMILIES.register("gym", "posttrain.domains.reasoning_gym.pairs:gym_pairs")
 register("reasoning_gym", "posttrain.domains.reasoning_gym.source:verify")

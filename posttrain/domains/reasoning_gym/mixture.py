@@ -3,6 +3,8 @@ held out (registered as the `reasoning_gym` group's mixture source by this packa
 
 from __future__ import annotations
 
+import logging
+
 import time
 from typing import Any
 
@@ -26,6 +28,9 @@ def supply_probe(domain: str, seed: int, options: dict[str, Any] | None) -> list
     return out
 
 
+log = logging.getLogger("posttrain")
+
+
 class GymSource:
     """reasoning-gym items from `task_seed` up at the current options (`train_options`), skipping the
     questions of the first `holdout` eval items under the default options, the configured ones
@@ -33,18 +38,35 @@ class GymSource:
 
     def __init__(self, domain: str, options: dict[str, Any], task_seed: int, n_eval: int, holdout: int | None = None):
         rg.check_domain(domain)
-        # the default size (smaller for slow domains), never below the eval items asked for
-        holdout = max(rg.holdout_size(domain), n_eval) if holdout is None else holdout
+        auto = holdout is None  # the default size (smaller for slow domains), never below the eval items asked for
+        holdout = max(rg.holdout_size(domain), n_eval) if auto else holdout
         if n_eval > holdout:  # training skips only the first `holdout` eval questions
             raise ConfigError(f"domain {domain!r}: eval_tasks={n_eval} exceeds the {holdout} held-out eval items "
                               f"training is kept away from; use eval_tasks <= {holdout}")
         self.domain, self.options, self.task_seed, self.n_eval = domain, dict(options) or None, task_seed, n_eval
-        self.holdout = holdout
-        self._base = rg.held_out_questions(domain, rg._config_key(domain, None), holdout)
-        self._held_by_key: dict[str, frozenset[str]] = {}  # config key -> questions training skips under it
         self.cursor = 0  # raw reasoning-gym items consumed
         self.train_options = self.options
-        self._held_out = self._held_out_for(self.options)
+        default = holdout
+        while True:
+            self._use_holdout(holdout)
+            try:
+                self._held_out = self._held_out_for(self.options)
+                break
+            except ConfigError:
+                # a small question space: the default holdout fits it (never below the eval items scored);
+                # a holdout the user set is never overridden
+                smaller = max(n_eval, holdout // 4)
+                if not auto or smaller >= holdout:
+                    raise
+                holdout = smaller
+        if holdout != default:
+            log.warning("domain %r: holdout lowered from %d to %d held-out eval items (its question space is "
+                        "small; set `holdout` to choose)", domain, default, holdout)
+
+    def _use_holdout(self, holdout: int) -> None:
+        self.holdout = holdout
+        self._base = rg.held_out_questions(self.domain, rg._config_key(self.domain, None), holdout)
+        self._held_by_key: dict[str, frozenset[str]] = {}  # config key -> questions training skips under it
 
     def _held_out_for(self, options: dict[str, Any] | None) -> frozenset[str]:
         """Held-out questions under the default, configured and `options` configs (built once per config,

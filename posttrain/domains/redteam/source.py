@@ -76,12 +76,13 @@ def _register(category: str) -> None:
             raise ConfigError(f"{domain_of(category)}: takes no options (got {', '.join(sorted(options))})")
         return make_tasks(category, n, seed)
 
-    register_source(domain_of(category), description=DESCRIPTIONS[category])(source)
+    register_source(domain_of(category), description=DESCRIPTIONS[category], uses=("eval",))(source)
 
 
 for _category in CATEGORIES:
     _register(_category)
-register_group("redteam", lambda: [domain_of(c) for c in CATEGORIES])
+register_group("redteam", lambda: [domain_of(c) for c in CATEGORIES],
+               description="every red-team category (harmful and benign agentic prompts)")
 
 
 def _rate(flags: list[bool]) -> float:

@@ -123,7 +123,13 @@ def test_tool_name_and_broken_schemas():
         check_call(ToolCall("b", {"x": "1"}), [bad])
 
 
-BFCL_DATA = Path(__file__).resolve().parents[3] / ".venv/lib/python3.11/site-packages/bfcl_eval/data"
+def _bfcl_data():
+    from posttrain.domains.bfcl.data import bfcl_dir, missing
+
+    return None if missing() else bfcl_dir() / "data"
+
+
+BFCL_DATA = _bfcl_data()  # `posttrain tasks fetch bfcl` (make setup runs it)
 # ground truths that contradict their own schema in BFCL v4 (not a checker bug)
 BFCL_WRONG = {"simple_python_96": "conditions[0].field holds a list for a string",
               "simple_python_307": "venue is a boolean for a string"}
@@ -136,7 +142,7 @@ def _pick(value):
     return value
 
 
-@pytest.mark.skipif(not BFCL_DATA.is_dir(), reason="bfcl-eval data not installed")
+@pytest.mark.skipif(BFCL_DATA is None, reason="BFCL data not fetched (posttrain tasks fetch bfcl)")
 def test_bfcl_simple_python_ground_truths_pass_and_parse_back():
     questions = {}
     for line in (BFCL_DATA / "BFCL_v4_simple_python.json").read_text().splitlines():
