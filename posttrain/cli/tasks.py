@@ -68,8 +68,8 @@ def tasks_fetch(
 
 
 def failures_table(failures, dropped: bool = False) -> Table:
-    what = "dropped: their gold fails" if dropped else "whose gold fails"
-    table = Table(title=f"{len(failures)} rows {what} its verifier", title_justify="left")
+    what = "dropped (--skip-bad)" if dropped else "bad: nothing written but report.json (--skip-bad writes the good rows)"
+    table = Table(title=f"{len(failures)} rows {what}", title_justify="left")
     table.add_column("row", style="bold")
     table.add_column("why")
     for f in failures:
@@ -114,11 +114,13 @@ def tasks_build(
     near_threshold: float = typer.Option(DEFAULT_NEAR_THRESHOLD, "--near-threshold",
                                          help="Near duplicate: word 3-gram Jaccard at least this (1: same 3-grams)."),
     domain: Optional[str] = typer.Option(None, "--domain", help="Domain and id prefix of the tasks (default: INPUT's stem)."),
-    drop_failing: bool = typer.Option(False, "--drop-failing", help="Drop rows whose gold fails (default: write nothing)."),
+    drop_failing: bool = typer.Option(False, "--skip-bad", "--drop-failing",
+                                      help="Write the good rows, dropping bad ones (default: any bad row writes nothing "
+                                           "but report.json)."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
 ) -> None:
-    """Build a validated task set: each row's gold must pass its verifier (code: its tests in the
-    sandbox); duplicates and train/eval leakage are removed and reported."""
+    """Build a validated task set: each row must be well formed and its gold pass its verifier (code: its
+    tests in the sandbox), with no duplicate or train/eval leak; every bad row is reported in one pass."""
     from posttrain.tasks.build import BuildOptions, GoldError, build_tasks
 
     opts = BuildOptions(kind=kind, verifier=verifier, eval_fraction=eval_fraction, seed=seed,
@@ -128,8 +130,11 @@ def tasks_build(
     except GoldError as e:
         err.print(failures_table(e.failures))
         raise
-    if report.failing:
+    dropped = len(report.failing) + len(report.duplicates) + len(report.leaks)
+    if dropped:
         err.print(failures_table(report.failing, dropped=True))
+        err.print(f"--skip-bad: dropped {dropped} bad row{'s' * (dropped != 1)} ({len(report.failing)} failing, "
+                  f"{len(report.duplicates)} duplicates, {len(report.leaks)} leaks)", highlight=False)
     Console().print(summary_table(report))
     _examples("duplicate", report.duplicates)
     _examples("leak", report.leaks)

@@ -162,9 +162,12 @@ class WriteRecorder:
         self.fh.flush()
 
 
-def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Iterator[tuple[str, dict]]:
+def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = (),
+               errors: list[str] | None = None) -> list[tuple[str, dict]]:
     """(`file:line`, object) for each non-blank line of a JSONL file (`.gz` read as gzip); each
-    `required` key must hold a string. Anything else is a DataError naming the file and line."""
+    `required` key must hold a string. The whole file is read first: bad lines are one DataError that
+    names the first (`file:line: why`) and counts the rest, with their lines (`bad_lines`); or, when
+    `errors` is a list, they are appended to it ("file:line: why") and skipped."""
     import gzip
     import json
 
@@ -172,6 +175,7 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Itera
     if not p.is_file():
         raise DataError(f"{p}: file not found")
     opener = gzip.open if p.suffix == ".gz" else open
+    out, bad = [], []
     with opener(p, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             where = f"{p}:{lineno}"
@@ -180,16 +184,37 @@ def read_jsonl(path: str | os.PathLike, required: tuple[str, ...] = ()) -> Itera
             try:
                 record = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
+                bad.append(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+                continue
             except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+                bad.append(f"{where}: not valid JSON ({e.msg})")
+                continue
             if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for key in required:
-                if not isinstance(record.get(key), str):
-                    what = "missing" if key not in record else f"a {type(record[key]).__name__}, not a string"
-                    raise DataError(f"{where}: {key!r} is {what}")
-            yield where, record
+                bad.append(f"{where}: expected a JSON object, got {type(record).__name__}")
+                continue
+            missing = [k for k in required if not isinstance(record.get(k), str)]
+            if missing:
+                key = missing[0]
+                what = "missing" if key not in record else f"a {type(record[key]).__name__}, not a string"
+                bad.append(f"{where}: {key!r} is {what}")
+                continue
+            out.append((where, record))
+    if bad and errors is None:
+        raise bad_lines(bad)
+    if errors is not None:
+        errors.extend(bad)
+    return out
+
+
+def bad_lines(problems: list[str], shown: int = 5) -> DataError:
+    """One DataError for every bad line of a file, found in one pass: the first in full, then the
+    count and the next few lines' places (`problems`: "file:line: why" each)."""
+    first, rest = problems[0], problems[1:]
+    if not rest:
+        return DataError(first)
+    places = ", ".join(q.split(": ", 1)[0].rpartition(":")[2] for q in rest[:shown])
+    more = f" and {len(rest) - shown} more" if len(rest) > shown else ""
+    return DataError(f"{first} (and {len(rest)} more bad line{'s' * (len(rest) > 1)}: line {places}{more})")
 
 
 # ---- checked pickles (the replay buffer's entries, the RL scheduler's queue)

@@ -16,15 +16,18 @@ INPUT is a `.jsonl` file (one object a line) or a `.csv` file with a header row.
   a seeded split puts round(eval_fraction x N) rows in eval, at least 1 and leaving 1 for train).
 
 The steps, in order:
-1. every row's gold goes through its verifier, as a model reply would ("Answer: <answer>"; the
-   solution in a ```python block): a failing row is reported as `INPUT:LINE: gold fails verifier
-   NAME: why`, and nothing is written unless `drop_failing` (then those rows are dropped, counted);
+1. every row is checked (columns, types, ids) and its gold goes through its verifier, as a model reply
+   would ("Answer: <answer>"; the solution in a ```python block): a bad row is reported as
+   `INPUT:LINE: why` (`gold fails verifier NAME: ...`);
 2. exact and near duplicates of the question / prompt (dedup.py: normalised text, word 3-gram
    Jaccard >= `near_threshold`; long templated problems that differ in one number count as near)
    are removed, keeping the first: within each given split, or over all rows when it is drawn;
 3. the split; then leakage: an eval item whose text equals or nearly matches a train item is
    removed from eval (the train copy stays) and reported. A drawn split comes after step 2, so
    leaks are found in a given `split` column.
+Every bad row of all three steps is found in one pass. With any, nothing but OUT/report.json is
+written and a GoldError lists them all (the CLI prints each, exit 2), unless `drop_failing`
+(`--skip-bad`): then the good rows are written and the report counts what was dropped.
 
 OUT gets `train.jsonl` and `eval.jsonl` (the posttrain JSONL task format, tasks/jsonl.py, with
 ids `DOMAIN/ID`; DOMAIN is `--domain`, default the input's stem. `posttrain eval --tasks
@@ -108,13 +111,30 @@ class BuildReport:
 
 
 class GoldError(DataError):
-    """Rows whose gold fails their verifier (all of them in `failures`); the message names the first."""
+    """Every bad row of the input, found in one pass (`failures`: malformed rows, golds that fail their
+    verifier, duplicates, train/eval leaks, in input order); the one-line message names the first and
+    counts the rest."""
 
     def __init__(self, failures: list[Failure]):
         k = len(failures) - 1
-        more = f" (and {k} more failing row{'s' * (k > 1)}; --drop-failing drops them)" if k else ""
+        more = f" (and {k} more bad row{'s' * (k > 1)}; --skip-bad writes the good rows)" if k else ""
         super().__init__(f"{failures[0].row}: {failures[0].reason}{more}")
         self.failures = tuple(failures)
+
+
+def _line(row: str) -> int:
+    tail = row.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def as_failures(removed: list[Removed], what: str) -> list[Failure]:
+    """Duplicates / leaks as bad rows: `duplicate of INPUT:LINE (near, J=0.83)`."""
+    def place(r: Removed) -> str:  # "line 2" within the same file
+        same = r.of.rpartition(":")[0] == r.row.rpartition(":")[0]
+        return f"line {r.of.rpartition(':')[2]}" if same else r.of
+
+    return [Failure(r.row, f"{what} {place(r)} ({r.kind}{'' if r.kind == 'exact' else f', J={r.similarity:.2f}'})")
+            for r in removed]
 
 
 def check_options(opts: BuildOptions) -> str:
@@ -141,6 +161,8 @@ def stem(path: Path) -> str:
 
 
 def check_out(out: Path, force: bool) -> None:
+    if out.is_dir() and [p.name for p in out.iterdir()] == ["report.json"]:
+        return  # a refused build's report only: replaced by this build
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: --out exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -249,14 +271,10 @@ def build_tasks(input_path: str | Path, out: str | Path, opts: BuildOptions) -> 
     domain = opts.domain or stem(path)
     if not domain or "/" in domain or domain != domain.strip():
         raise ConfigError(f"--domain must be a non-empty name without '/', got {domain!r}")
-    rows, items = load_items(path, opts.kind, verifier, domain)
-    failures = check_golds(items)
-    if failures and not opts.drop_failing:
-        raise GoldError(failures)
+    rows, items, malformed = load_items(path, opts.kind, verifier, domain)
+    failures = malformed + check_golds(items)
     failing = {f.row for f in failures}
     good = [it for it in items if it.row not in failing]
-    if not good:
-        raise DataError(f"{path}: no row's gold passes its verifier ({len(failures)} failing); nothing to write")
     kept, duplicates = deduplicate(good, opts.near_threshold)
     train, evals = split(kept, opts.eval_fraction, opts.seed)
     evals, leaks = remove_leaks(train, evals, opts.near_threshold)
@@ -267,8 +285,15 @@ def build_tasks(input_path: str | Path, out: str | Path, opts: BuildOptions) -> 
         settings={"eval_fraction": opts.eval_fraction, "seed": opts.seed, "near_threshold": opts.near_threshold,
                   "ngram": dedup.NGRAM, "split_column": bool(kept and kept[0].split is not None)},
     )
-    files = {"train.jsonl": _jsonl(train), "eval.jsonl": _jsonl(evals),
-             "report.json": json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"}
+    bad = sorted(failures + as_failures(duplicates, "duplicate of") + as_failures(leaks, "eval row leaks train row"),
+                 key=lambda f: _line(f.row))
+    text = json.dumps({**report.to_json(), "written": not bad or opts.drop_failing}, indent=2, ensure_ascii=False) + "\n"
+    if bad and not opts.drop_failing:  # nothing but the report is written: every bad row in it, in one pass
+        write_out(out, {"report.json": text})
+        raise GoldError(bad)
+    if not train and not evals:
+        raise DataError(f"{path}: no good row ({len(bad)} bad); nothing to write")
+    files = {"train.jsonl": _jsonl(train), "eval.jsonl": _jsonl(evals), "report.json": text}
     write_out(out, files)
     return report
 

@@ -170,8 +170,9 @@ def make_item(where: str, values: dict, kind: str, verifier: str, domain: str) -
     return Item(row=where, record=record, task=task, text=text, gold=gold, split=_split(where, values))
 
 
-def read_rows(path: Path, kind: str) -> list[tuple[str, dict]]:
-    """(`INPUT:LINE`, values) of each non-blank row, its columns checked."""
+def read_rows(path: Path, kind: str, errors: list[str]) -> list[tuple[str, dict]]:
+    """(`INPUT:LINE`, values) of each non-blank row (CSV: the header's columns checked; JSONL: lines
+    that are no JSON object are appended to `errors`, "INPUT:LINE: why", and skipped)."""
     name = path.name.lower()
     if name.endswith(".csv"):
         header, rows = _read_csv(path)
@@ -179,23 +180,37 @@ def read_rows(path: Path, kind: str) -> list[tuple[str, dict]]:
         return rows
     if not name.endswith((".jsonl", ".jsonl.gz")):
         raise DataError(f"{path}: expected a .jsonl or .csv file")
-    rows = list(read_jsonl(path))
-    for where, record in rows:
-        check_columns(where, kind, list(record), word="key")
-    return rows
+    return read_jsonl(path, errors=errors)
 
 
-def load_items(path: Path, kind: str, verifier: str, domain: str) -> tuple[int, list[Item]]:
-    """(rows read, one Item per row); every row checked before any gold is run."""
-    rows = read_rows(path, kind)
-    if not rows:
+def load_items(path: Path, kind: str, verifier: str, domain: str) -> tuple[int, list[Item], list]:
+    """(rows read, one Item per good row, a Failure per malformed row): every row checked, all of them
+    in one pass (a file-level problem, e.g. no header, is one DataError)."""
+    from posttrain.tasks.build import Failure
+
+    unreadable: list[str] = []
+    rows = read_rows(path, kind, unreadable)
+    if not rows and not unreadable:
         raise DataError(f"{path}: no rows")
-    items = [make_item(where, values, kind, verifier, domain) for where, values in rows]
+    bad = [Failure(*u.split(": ", 1)) for u in unreadable]
+    jsonl = not path.name.lower().endswith(".csv")
+    items = []
+    for where, values in rows:
+        try:
+            if jsonl:
+                check_columns(where, kind, list(values), word="key")
+            items.append(make_item(where, values, kind, verifier, domain))
+        except DataError as e:
+            text = str(e)
+            bad.append(Failure(where, text[len(where) + 2:] if text.startswith(f"{where}: ") else text))
     first: dict[str, str] = {}
+    good = []
     for it in items:
         if it.task.id in first:
-            raise DataError(f"{it.row}: duplicate id {it.task.id.split('/', 1)[1]!r} (first on {first[it.task.id]})")
-        first[it.task.id] = it.row
-        if (it.split is None) != (items[0].split is None):
-            raise DataError(f"{it.row}: every row needs a 'split' once one has it (train or eval)")
-    return len(rows), items
+            bad.append(Failure(it.row, f"duplicate id {it.task.id.split('/', 1)[1]!r} (first on {first[it.task.id]})"))
+        elif (it.split is None) != (items[0].split is None):
+            bad.append(Failure(it.row, "every row needs a 'split' once one has it (train or eval)"))
+        else:
+            first[it.task.id] = it.row
+            good.append(it)
+    return len(rows), good, bad

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.core.errors import ConfigError, DataError
-from posttrain.core.fsio import read_jsonl
+from posttrain.core.fsio import bad_lines, read_jsonl
 from posttrain.core.types import Limits, Task
 
 DEFAULT_VERIFIER = "exact"
@@ -78,13 +78,21 @@ def load_tasks(path: str | Path, domain: str) -> list[Task]:
     if not p.is_file():
         raise DataError(f"{p}: task file not found")
     tasks: list[Task] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
+    bad: list[str] = []  # every bad line, reported together
     for where, record in read_jsonl(p):
-        task = parse_task(record, domain, where, default_id=f"{domain}/{where.rsplit(':', 1)[1]}")
+        try:
+            task = parse_task(record, domain, where, default_id=f"{domain}/{where.rsplit(':', 1)[1]}")
+        except DataError as e:
+            bad.append(str(e))
+            continue
         if task.id in seen:
-            raise DataError(f"{where}: duplicate task id {task.id!r}")
-        seen.add(task.id)
+            bad.append(f"{where}: duplicate task id {task.id!r} (first on line {seen[task.id].rpartition(':')[2]})")
+            continue
+        seen[task.id] = where
         tasks.append(task)
+    if bad:
+        raise bad_lines(bad)
     if not tasks:
         raise DataError(f"{p}: no tasks (the file is empty)")
     return tasks

@@ -59,9 +59,14 @@ def test_qa_csv_through_the_cli_loads_in_eval_and_rl(tmp_path):
         *[[f"x{i}", f"What is {i} times {i + 1} plus {i}?", str(i * (i + 1) + i)] for i in range(8)],
     ])
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["build", str(src), "--kind", "qa", "--verifier", "numeric", "--out", str(out)])
+    refused = CliRunner().invoke(app, ["build", str(src), "--kind", "qa", "--verifier", "numeric", "--out", str(out)])
+    assert refused.exit_code != 0 and "2 rows bad" in refused.output  # both duplicates, in one pass
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # nothing but the report
+    assert json.loads((out / "report.json").read_text())["written"] is False
+    res = CliRunner().invoke(app, ["build", str(src), "--kind", "qa", "--verifier", "numeric", "--out", str(out),
+                                   "--skip-bad"])
     assert res.exit_code == 0, res.output
-    assert "train.jsonl" in res.output and "duplicates: near" in res.output
+    assert "train.jsonl" in res.output and "duplicates: near" in res.output and "dropped 2 bad rows" in res.output
 
     report = json.loads((out / "report.json").read_text())
     assert report["counts"] == {"rows": 13, "failing": 0, "duplicates": {"exact": 1, "near": 1},
@@ -104,7 +109,11 @@ def test_leakage_between_given_splits_is_reported_and_removed_from_eval(tmp_path
         [f"{LONG} today. How wide is it?", "20", "Eval"],  # near leak
         ["What is the capital of Peru?", "Lima", "eval"],  # a duplicate within eval
     ])
-    report = build_tasks(src, tmp_path / "out", BuildOptions(kind="qa"))
+    with pytest.raises(GoldError) as e:  # every bad row at once: two leaks and a duplicate
+        build_tasks(src, tmp_path / "out", BuildOptions(kind="qa"))
+    assert [f.row for f in e.value.failures] == [f"{src}:5", f"{src}:6", f"{src}:7"]
+    assert e.value.failures[2].reason == "duplicate of line 4 (exact)"
+    report = build_tasks(src, tmp_path / "out", BuildOptions(kind="qa", drop_failing=True))
     assert [(r.row, r.of, r.kind) for r in report.leaks] == [(f"{src}:5", f"{src}:2", "exact"),
                                                              (f"{src}:6", f"{src}:3", "near")]
     assert [(r.row, r.kind) for r in report.duplicates] == [(f"{src}:7", "exact")]
@@ -121,9 +130,10 @@ def test_failing_gold_writes_nothing_unless_dropped(tmp_path):
     with pytest.raises(GoldError) as e:
         build_tasks(src, out, BuildOptions(kind="qa", verifier="numeric"))
     assert str(e.value).startswith(f"{src}:3: gold fails verifier numeric: it cannot judge it")
-    assert "and 1 more failing row;" in str(e.value)
+    assert "and 1 more bad row;" in str(e.value)
     assert [f.row for f in e.value.failures] == [f"{src}:3", f"{src}:4"]
-    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["n.csv"]  # no temp dir left either
+    assert [p.name for p in out.iterdir()] == ["report.json"]  # the report only
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.csv", "out"]  # no temp dir left either
 
     report = build_tasks(src, out, BuildOptions(kind="qa", verifier="numeric", drop_failing=True))
     assert len(report.failing) == 2 and report.train + report.eval == 1
@@ -179,7 +189,8 @@ def test_bad_qa_rows_are_one_line_naming_the_row(tmp_path, header, row, message)
     with pytest.raises(DataError) as e:
         build_tasks(src, tmp_path / "out", BuildOptions(kind="qa"))
     assert message in str(e.value) and "\n" not in str(e.value)
-    assert not (tmp_path / "out").exists()
+    out = tmp_path / "out"
+    assert not out.exists() or [p.name for p in out.iterdir()] == ["report.json"]  # no task file written
 
 
 @pytest.mark.parametrize("record, message", [
@@ -240,3 +251,24 @@ def test_normalise_keeps_what_changes_a_problem():
     assert dedup.normalise("What is 2+3?") != dedup.normalise("What is 2-3?")
     assert dedup.deduplicate(["Say “hi”, now!", "say hi now", "say hi later"]) == [dedup.Match(1, 0, "exact", 1.0)]
 
+
+
+def test_every_bad_row_is_reported_in_one_pass(tmp_path):
+    """The issue's file: a non-numeric answer on line 4 and a duplicate of line 2 on line 5, plus a
+    malformed row: all three in one run, in the terminal and in report.json; nothing else written."""
+    src = write_csv(tmp_path / "qa.csv", ["question", "answer"], [
+        ["What is 6*7?", "42"], ["What is 2+2?", "4"], ["What is 1+1?", "two"], ["what is 6*7", "42"],
+        ["", "3"], ["What is 3+4?", "7"],
+    ])
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["build", str(src), "--kind", "qa", "--verifier", "numeric", "--out", str(out)])
+    assert res.exit_code != 0
+    with pytest.raises(GoldError) as e:
+        build_tasks(src, tmp_path / "out2", BuildOptions(kind="qa", verifier="numeric"))
+    rows = [(f.row.rpartition(":")[2], f.reason) for f in e.value.failures]
+    assert [r for r, _ in rows] == ["4", "5", "6"]
+    assert rows[0][1].startswith("gold fails verifier numeric") and rows[1][1] == "duplicate of line 2 (exact)"
+    assert "empty 'question'" in rows[2][1]
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["written"] is False and saved["counts"]["failing"] == 2 and saved["counts"]["duplicates"]["exact"] == 1
+    assert "\n" not in str(e.value) and "and 2 more bad rows" in str(e.value)

@@ -280,10 +280,13 @@ def test_bad_domain_thresholds_fail_when_the_mixture_is_built():
 TINY = {"min_terms": 2, "max_terms": 2, "max_digits": 1}  # 200 possible chain_sum questions
 
 
-def test_holdout_that_uses_up_a_small_question_space_is_a_config_error():
+def test_holdout_that_uses_up_a_small_question_space_is_a_config_error_when_set_and_fitted_by_default():
     # the first 1000 eval items hold 199 of the 200 questions: training would see one question
     with pytest.raises(ConfigError, match=r"'chain_sum': only 1 distinct training question.*set a smaller holdout"):
-        GymSource("chain_sum", TINY, 500_000, 8)
+        GymSource("chain_sum", TINY, 500_000, 8, holdout=1000)  # the user's own holdout is never overridden
+    fitted = GymSource("chain_sum", TINY, 500_000, 8)  # the default shrinks to fit, never below the scored 8
+    assert 8 <= fitted.holdout < 1000
+    assert len({t.reference["question"] for t in fitted.take(100)}) >= 16
     with pytest.raises(ConfigError, match="only 1 distinct training question"):
         rg.training_tasks("chain_sum", 40, 0, config=TINY)
 
