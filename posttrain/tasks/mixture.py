@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, Sequence
 from posttrain.core.errors import ConfigError
 from posttrain.tasks.jsonl import load_tasks
 from posttrain.tasks.registry import (FAMILIES, check_name, expand_group, group_of, is_generated, is_group, is_source,
-                                      make_source_tasks)
+                                      make_source_tasks, missing_data)
 from posttrain.core.types import Task
 
 class Source(Protocol):
@@ -287,6 +287,8 @@ def build_mixture(domains, *, task_seed: int, seed: int) -> Mixture:
             shown = ", ".join(members[:6]) + (f", ... ({len(members)} in all)" if len(members) > 6 else "")
             raise ConfigError(f"tasks: {d.name!r} is a group, not a domain: name its member domains one entry "
                               f"each ({shown}); `posttrain tasks list` shows them")
+        if d.path is None and (fetch := missing_data(d.name)):
+            raise ConfigError(f"domain {d.name!r}: its data is not here: run `{fetch}`")
         if d.path is not None:
             source: Source = jsonl_source(d.name, d.path, seed, d.eval_tasks)
         elif is_generated(d.name):

@@ -154,6 +154,12 @@ def make_source_tasks(name: str, n: int | None, seed: int, options: Mapping[str,
     return tasks
 
 
+def missing_data(name: str) -> str | None:
+    """The command that fetches source `name`'s data when it is not here, else None."""
+    src = SOURCES.get(name, None) if name in SOURCES else None
+    return resolve(src.requires)() if src is not None and src.requires else None
+
+
 def catalogue() -> list[dict[str, Any]]:
     """Every name `posttrain tasks list` shows, as records: name, kind ("domain": generated tasks;
     "source": a fixed dataset; "group": several domains, expanded in eval suites), uses (where it
@@ -162,7 +168,7 @@ def catalogue() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name in sorted(SOURCES):
         src = SOURCES[name]
-        fetch = resolve(src.requires)() if src.requires else None
+        fetch = missing_data(name)
         out.append({"name": name, "kind": "domain" if src.size is None else "source", "uses": list(src.uses),
                     "available": fetch is None, **({"fetch": fetch} if fetch else {}),
                     "description": src.description})
