@@ -267,13 +267,14 @@ def run_toy(tmp_path, model_dir, overrides: dict) -> dict:
     Over 6 seeds, 16 steps ended at 0.76-0.95 either way (too noisy to compare runs), 24 at 0.96-1.0 on an
     Intel AMX machine; on an AMD Zen 4 (avx512_bf16) the bf16 run was still at 0.82 after 24 (exact 0.96),
     and every setting reached 1.0 by 32."""
+    import posttrain.train.trainer as trainer_mod
     from posttrain.recipes import rl
     from posttrain.engine.registry import ENGINES
     from posttrain.telemetry.metrics import read_metrics
     from tests.recipes.rl_toy import overrides as toy_overrides, write_tasks
 
     seen: dict = {"engines": [], "trainer_dtypes": set()}
-    make, step = ENGINES["paged"], rl.train_step
+    make, step = ENGINES["paged"], trainer_mod.train_step
 
     def paged(*args, **kw):
         engine = make(*args, **kw)
@@ -290,7 +291,7 @@ def run_toy(tmp_path, model_dir, overrides: dict) -> dict:
     config = load_config(RLConfig, None, toy_overrides(model_dir, tasks, tmp_path / "run", **settings))
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(ENGINES, "paged", paged)
-        mp.setattr(rl, "train_step", recording_step)
+        mp.setattr(trainer_mod, "train_step", recording_step)
         started = time.perf_counter()
         rl.run(config)
         seconds = time.perf_counter() - started

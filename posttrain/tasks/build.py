@@ -50,7 +50,7 @@ from typing import Any, Mapping
 from posttrain.core.errors import ConfigError, DataError
 from posttrain.core.fsio import replace_dir
 from posttrain.tasks import dedup
-from posttrain.tasks.build_rows import Item, load_items
+from posttrain.tasks.build_rows import Failure, Item, load_items
 from posttrain.core.types import Trajectory
 
 KINDS = ("qa", "code")
@@ -66,12 +66,6 @@ class BuildOptions:
     domain: str | None = None  # default: the input file's stem
     drop_failing: bool = False  # drop rows whose gold fails (else: write nothing)
     force: bool = False  # replace a non-empty OUT
-
-
-@dataclass(frozen=True)
-class Failure:
-    row: str  # "INPUT:LINE"
-    reason: str  # "gold fails verifier numeric: ..."
 
 
 @dataclass(frozen=True)

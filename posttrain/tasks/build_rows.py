@@ -149,6 +149,14 @@ def _split(where: str, values: dict) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A bad row: where, and why."""
+
+    row: str  # "INPUT:LINE"
+    reason: str  # "gold fails verifier numeric: ...", "duplicate of line 2 (exact)", ...
+
+
 def make_item(where: str, values: dict, kind: str, verifier: str, domain: str) -> Item:
     path, _, line = where.rpartition(":")
     task_id = (_text(where, values, "id", required=False) or line).strip()
@@ -186,8 +194,6 @@ def read_rows(path: Path, kind: str, errors: list[str]) -> list[tuple[str, dict]
 def load_items(path: Path, kind: str, verifier: str, domain: str) -> tuple[int, list[Item], list]:
     """(rows read, one Item per good row, a Failure per malformed row): every row checked, all of them
     in one pass (a file-level problem, e.g. no header, is one DataError)."""
-    from posttrain.tasks.build import Failure
-
     unreadable: list[str] = []
     rows = read_rows(path, kind, unreadable)
     if not rows and not unreadable:

@@ -197,9 +197,9 @@ def test_a_batch_gives_each_job_its_own_verdict_and_a_killer_cannot_void_the_oth
 
 
 def test_the_code_verifier_scores_a_chat_completion(sandbox, monkeypatch):
-    import posttrain.verifiers.code as code_mod
+    import posttrain.sandbox.default as default
 
-    monkeypatch.setattr(code_mod, "_sandbox", sandbox)
+    monkeypatch.setattr(default, "_sandbox", sandbox)
     task = Task(id="c/1", domain="c", prompt=({"role": "user", "content": "write add"},), reference=ADD,
                 verifiers=("code",), metadata={"verifier_options": {"code": {"score": "fraction"}}})
     traj = Trajectory(task_id="c/1", token_ids=[1], loss_mask=[0], logprobs=[0.0], prompt_len=1,
@@ -211,10 +211,10 @@ def test_the_code_verifier_scores_a_chat_completion(sandbox, monkeypatch):
 
 
 def test_a_group_is_verified_in_one_sandbox_run_with_the_same_scores(sandbox, monkeypatch):
-    import posttrain.verifiers.code as code_mod
+    import posttrain.sandbox.default as default
     from posttrain.verifiers import run_verifiers, run_verifiers_many
 
-    monkeypatch.setattr(code_mod, "_sandbox", sandbox)
+    monkeypatch.setattr(default, "_sandbox", sandbox)
     runs = []
     real = sandbox.run
     monkeypatch.setattr(sandbox, "run", lambda req: runs.append(1) or real(req))
