@@ -158,22 +158,31 @@ class RayEngine:
         self.weight_puts += 1
         with self._lock:
             self._weights, self.version = ref, int(version)  # what any replacement loads from now on
-        calls = [(w, actor.update_weights.remote([ref], int(version))) for w, actor in enumerate(self._workers)]
-        for w, call in calls:
-            try:
-                ray.get(call)
-            except death_errors() as e:
-                self._replace(w, e, requeued=0)
+        # a worker that died is replaced on these weights (set above): nothing to resend
+        self._each("update_weights", [ref], int(version), again=False)
 
     def reset_prefix_cache(self) -> None:
-        ray.get([a.reset_prefix_cache.remote() for a in self._workers])
+        self._each("reset_prefix_cache", again=False)  # a replacement starts with an empty cache
 
     # ---- supervision and introspection
 
     def worker_info(self) -> list[dict]:
         """Per worker: index, pid, version, busy, calls, requests, weights_object (the ObjectRef hex it
         loaded last), node_ip, weights_precision."""
-        return ray.get([a.info.remote() for a in self._workers])
+        return self._each("info")
+
+    def _each(self, method: str, *args: Any, again: bool = True) -> list:
+        """`method(*args)` on every worker, through the supervisor: a worker that died is replaced
+        (on the latest weights) and, when `again`, asked once more; the fault is recorded, never raised."""
+        calls = [(w, getattr(actor, method).remote(*args)) for w, actor in enumerate(self._workers)]
+        out = []
+        for w, call in calls:
+            try:
+                out.append(ray.get(call))
+            except death_errors() as e:
+                self._replace(w, e, requeued=0)
+                out.append(ray.get(getattr(self._workers[w], method).remote(*args)) if again else None)
+        return out
 
     def close(self, actors: list | None = None) -> None:
         for a in actors if actors is not None else self._workers:

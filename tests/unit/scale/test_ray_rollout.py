@@ -118,6 +118,24 @@ def test_a_worker_killed_mid_batch_is_replaced_on_the_latest_weights_and_only_it
     assert engine.requeued >= 8
 
 
+@pytest.mark.parametrize("call", ["reset_prefix_cache", "worker_info", "update_weights"])
+def test_a_worker_dead_at_any_call_site_is_replaced_never_raised(engine, sharp_state, call):
+    """Every call into the workers goes through the supervisor: a worker killed between two calls
+    (as after a held-out eval, before reset_prefix_cache) is replaced on the latest weights."""
+    info = engine.worker_info()
+    faults_before = len(engine.faults)
+    os.kill(info[0]["pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    if call == "update_weights":
+        engine.update_weights(sharp_state, version=engine.version + 1)
+    else:
+        getattr(engine, call)()
+    [fault] = engine.faults[faults_before:]
+    assert (fault.role, fault.worker, fault.version) == ("rollout", 0, engine.version)
+    after = engine.worker_info()
+    assert after[0]["pid"] != info[0]["pid"] and [i["version"] for i in after] == [engine.version] * 2
+
+
 def test_make_engine_for_picks_the_backend_from_the_config(ray_cluster, tiny_model_dir, tiny_tokenizer, batch):
     from posttrain.scale.backend import install_sandbox_for, make_engine_for
     from posttrain.scale.engine import RayEngine
