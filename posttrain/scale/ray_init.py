@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import tempfile
 from typing import Any
@@ -57,6 +58,25 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS frame
+
+
+def _private_token() -> None:
+    """A local cluster's auth token lives in a 0700 temp dir of its own (Ray opens its session dir to
+    everyone), removed when the process exits — not in ~/.ray/auth_token, where Ray 2.60 would write it
+    (0644) for every cluster it starts. One token per process (Ray caches the first it reads). A token
+    the user configured (RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH) is kept."""
+    global _our_token
+    if _our_token is not None or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    import atexit
+    import shutil
+
+    path = _our_token = os.path.join(tempfile.mkdtemp(prefix="posttrain-ray-auth-"), "auth_token")
+    atexit.register(shutil.rmtree, os.path.dirname(path), True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
 
 
 def _auth_from_token() -> None:
@@ -134,6 +154,7 @@ def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int |
     global _made_tmp
     tmp = temp_dir or tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's unix sockets live here
     _made_tmp = None if temp_dir else tmp
+    _private_token()
     ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
              _temp_dir=tmp, object_store_memory=object_store_mb << 20, _node_ip_address="127.0.0.1",
              **quiet)
@@ -143,6 +164,7 @@ def connect(cluster: Any = None, *, num_cpus: int | None = None, num_gpus: int |
     return _info(started=True)
 
 
+_our_token: str | None = None  # the token file `_private_token` made (one per process)
 _made_tmp: str | None = None  # the temp dir `connect` made for its local cluster (removed by `shutdown`)
 
 
@@ -163,6 +185,7 @@ def shutdown() -> None:
     global _made_tmp
     if ray.is_initialized():
         ray.shutdown()
+
     if _made_tmp is not None:
         shutil.rmtree(_made_tmp, ignore_errors=True)
         _made_tmp = None

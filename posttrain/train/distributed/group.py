@@ -12,7 +12,8 @@ A rank that raises or dies makes `launch` (or `RankProcesses.check`) raise one
 `TrainingError` line naming the rank, its exit code and its last error line; the other
 ranks are then terminated (they would wait forever in their next collective).
 
-What it does not do: several hosts (MASTER_ADDR is always 127.0.0.1), elastic restarts.
+What it does not do: several hosts (the rendezvous is a file in the temp dir, MASTER_ADDR 127.0.0.1,
+gloo bound to `lo`: nothing listens beyond loopback), elastic restarts.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import datetime
 import os
 import queue as queue_mod
 import socket
+import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -35,10 +38,19 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for MASTER_PORT)."""
+    """A TCP port free on 127.0.0.1 now (for MASTER_PORT): it names the job's rendezvous, whose
+    store is a file (`store_path`), never a socket; a stale store of that name is removed."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    store_path(port).unlink(missing_ok=True)
+    return port
+
+
+def store_path(port: int) -> Path:
+    """The job's rendezvous store: a file beside this machine's temp files (one host), so nothing
+    listens on a network interface (torch's TCPStore binds every interface)."""
+    return Path(tempfile.gettempdir()) / f"posttrain-dist-{port}.store"
 
 
 def backend_for(device: torch.device | str | None = None) -> str:
@@ -67,7 +79,9 @@ def init_group(rank: int | None = None, world_size: int | None = None, port: int
     backend = backend or backend_for()
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
+    else:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's pair sockets on loopback only
+    dist.init_process_group(backend, init_method=f"file://{store_path(port)}", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 

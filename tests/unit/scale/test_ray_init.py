@@ -91,3 +91,37 @@ def test_a_port_that_is_not_ray_is_one_line_fast_and_a_real_head_passes_the_prob
     assert "\n" not in str(e.value) and str(e.value).startswith(f"cluster.address={address!r}: ")
     assert "is not a Ray cluster" in str(e.value)
     silent.close()
+
+
+def test_a_local_cluster_writes_no_secret_outside_its_own_temp_dir(tmp_path):
+    """Ray 2.60 would write ~/.ray/auth_token (mode 0644) for every cluster it starts: ours keeps the
+    token in the cluster's 0700 temp dir, removed with it. Run in a child with its own HOME."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import os, stat\n"
+        "from posttrain.scale.ray_init import connect, shutdown\n"
+        "connect(None, num_cpus=1, object_store_mb=80)\n"
+        "token = os.environ['RAY_AUTH_TOKEN_PATH']\n"
+        "mode = stat.S_IMODE(os.stat(os.path.dirname(token)).st_mode)\n"
+        "import ray\n"
+        "assert ray.get(ray.put(41)) + 1 == 42\n"
+        "print(token, oct(mode), oct(stat.S_IMODE(os.stat(token).st_mode)))\n"
+        "shutdown()\n"
+        "connect(None, num_cpus=1, object_store_mb=80)\n"  # a second local cluster in the same process
+        "assert ray.get(ray.put(1)) == 1\n"
+        "shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[3]),
+               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    token, dir_mode, file_mode = out.stdout.split()[-3:]
+    assert "posttrain-ray-auth-" in token and dir_mode == "0o700" and file_mode == "0o600"
+    assert not (home / ".ray").exists(), sorted(p.name for p in home.rglob("*"))
+    assert not Path(token).exists()  # removed when the process exited

@@ -135,3 +135,28 @@ def reduce_dtype_rank(rank, world, model_dir, groups, cfg, pad_id):
         out[k] = {"collective_dtypes": sorted(seen[k]), "param_dtypes": grads_dtype,
                   "reduce_dtype": str(policy.reduce_dtype), "skipped": metrics["skipped_updates"]}
     return out
+
+
+def listening_sockets(rank: int, world_size: int) -> list[str]:
+    """Inside a joined group: every TCP socket listening on this machine now ("addr:port", hex as in
+    /proc/net/tcp*): the test compares them with those listening before the job started."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    found = sorted(listening())
+    dist.barrier()
+    return found
+
+
+def listening() -> set[str]:
+    out = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(name).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                out.add(fields[1])
+    return out
