@@ -212,9 +212,10 @@ def bad_lines(problems: list[str], shown: int = 5) -> DataError:
     first, rest = problems[0], problems[1:]
     if not rest:
         return DataError(first)
-    places = ", ".join(q.split(": ", 1)[0].rpartition(":")[2] for q in rest[:shown])
+    tails = [q.split(": ", 1)[0].rpartition(":")[2] for q in rest[:shown]]
+    places = ("line " if all(t.isdigit() for t in tails) else "") + ", ".join(tails)
     more = f" and {len(rest) - shown} more" if len(rest) > shown else ""
-    return DataError(f"{first} (and {len(rest)} more bad line{'s' * (len(rest) > 1)}: line {places}{more})")
+    return DataError(f"{first} (and {len(rest)} more bad line{'s' * (len(rest) > 1)}: {places}{more})")
 
 
 # ---- checked pickles (the replay buffer's entries, the RL scheduler's queue)

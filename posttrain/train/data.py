@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from posttrain.core.errors import DataError
+from posttrain.core.fsio import bad_lines
 
 Messages = list[dict[str, str]]
 SHOWN_BAD_LINES = 5  # how many bad line numbers a report names
@@ -69,17 +70,19 @@ def check_messages(record: Any) -> Messages:
 def _collect(records: Iterable[tuple[int, Any]], where: str, skip_bad_lines: bool, unit: str) -> ChatData:
     """Validate (number, record-or-exception) pairs; `where` prefixes errors, e.g. 'data.jsonl:'."""
     data = ChatData(examples=[], source=where)
+    problems: list[str] = []  # every bad line, found in one pass
     for number, record in records:
         try:
             if isinstance(record, Exception):
                 raise record
             data.examples.append(check_messages(record))
         except ValueError as e:
-            if not skip_bad_lines:
-                raise DataError(f"{where}{unit}{number}: {e}") from None
+            problems.append(f"{where}{unit}{number}: {e}")
             data.bad_lines += 1
             if len(data.bad_line_numbers) < SHOWN_BAD_LINES:
                 data.bad_line_numbers.append(number)
+    if problems and not skip_bad_lines:
+        raise bad_lines(problems)
     return data
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from posttrain.core.errors import DataError
+from posttrain.core.fsio import bad_lines
 from posttrain.train.data import SHOWN_BAD_LINES, _jsonl_records, open_hf_dataset
 
 Messages = list[dict[str, str]]
@@ -310,9 +311,9 @@ def tokenize_pairs(records: Iterable[tuple[str, Any]], tokenizer, *, max_prompt_
             else:
                 data.pairs.append(TokenPair(tuple(prompt_ids), outs[0], outs[1], margin, where))
         except ValueError as e:
-            if not skip_bad_lines:
-                raise DataError(f"{where}: {e}") from None
             data.bad_lines.append(f"{where}: {e}")
+    if data.bad_lines and not skip_bad_lines:  # every bad line, found in one pass
+        raise bad_lines(data.bad_lines)
     data.template_issues = tk.lines()
     return data
 
