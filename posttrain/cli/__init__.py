@@ -69,15 +69,10 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue each stage from its newest complete checkpoint."),
 ) -> None:
     """Run a pipeline of stages (base, sft, rm, dpo, rl, eval, report) from one config."""
-    from posttrain.config.base import load_config
     from posttrain.config.pipeline import PipelineConfig
-
-    path, rest = _split(config, overrides)
-    cfg = load_config(PipelineConfig, path, rest)
     from posttrain.recipes import pipeline
 
-    report = pipeline.run(cfg, resume=resume)
-    err.print(f"[bold green]done[/] report: {report}")
+    _run(PipelineConfig, pipeline, "done, report", config, overrides, resume)
 
 
 @app.command()
@@ -100,18 +95,15 @@ def base(
     err.print(f"[bold green]base model[/]: {model_dir}")
 
 
-def _train(section: str, recipe: str, label: str, config, overrides, resume: bool, skip_bad_lines: bool) -> None:
-    """Load the `section` config class (module.Class), apply --skip-bad-lines, run the recipe."""
-    import importlib
-
+def _run(config_cls, recipe, label: str, config, overrides, resume: bool, skip_bad_lines: bool = False) -> None:
+    """Load `config_cls` from the file and overrides (with --skip-bad-lines: data.skip_bad_lines),
+    run `recipe.run(cfg, resume=...)`, print what it made."""
     from posttrain.config.base import load_config
 
-    module, _, name = section.rpartition(".")
     path, rest = _split(config, overrides)
     if skip_bad_lines:
         rest.append("data.skip_bad_lines=true")
-    cfg = load_config(getattr(importlib.import_module(module), name), path, rest)
-    final = importlib.import_module(f"posttrain.recipes.{recipe}").run(cfg, resume=resume)
+    final = recipe.run(load_config(config_cls, path, rest), resume=resume)
     err.print(f"[bold green]{label}[/]: {final}")
 
 
@@ -123,21 +115,30 @@ SkipOpt = typer.Option(False, "--skip-bad-lines", help="Count and report bad dat
 def sft(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
         resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Supervised fine-tuning on chat data, with sequence packing."""
-    _train("posttrain.config.sft.SFTConfig", "sft", "sft model", config, overrides, resume, skip_bad_lines)
+    from posttrain.config.sft import SFTConfig
+    from posttrain.recipes import sft as recipe
+
+    _run(SFTConfig, recipe, "sft model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
 def rm(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
        resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Train a Bradley-Terry reward model on preference pairs (saved as an HF sequence classifier)."""
-    _train("posttrain.config.pref.RMConfig", "rm", "reward model", config, overrides, resume, skip_bad_lines)
+    from posttrain.config.pref import RMConfig
+    from posttrain.recipes import rm as recipe
+
+    _run(RMConfig, recipe, "reward model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
 def dpo(config: Optional[str] = ConfigArg, overrides: Optional[list[str]] = OverridesArg,
         resume: bool = ResumeOpt, skip_bad_lines: bool = SkipOpt) -> None:
     """Preference optimisation: DPO, IPO, hinge, robust DPO, SimPO, ORPO, KTO; offline or online."""
-    _train("posttrain.config.pref.DPOConfig", "dpo", "dpo model", config, overrides, resume, skip_bad_lines)
+    from posttrain.config.pref import DPOConfig
+    from posttrain.recipes import dpo as recipe
+
+    _run(DPOConfig, recipe, "dpo model", config, overrides, resume, skip_bad_lines)
 
 
 @app.command()
@@ -147,15 +148,10 @@ def rl(
     resume: bool = typer.Option(False, "--resume", help="Continue exactly from the newest complete checkpoint."),
 ) -> None:
     """Reinforcement learning with verifiable rewards (GRPO, Dr. GRPO, RLOO, REINFORCE++)."""
-    from posttrain.config.base import load_config
     from posttrain.config.rl import RLConfig
+    from posttrain.recipes import rl as recipe
 
-    path, rest = _split(config, overrides)
-    cfg = load_config(RLConfig, path, rest)
-    from posttrain.recipes import rl as rl_recipe
-
-    final = rl_recipe.run(cfg, resume=resume)
-    err.print(f"[bold green]rl model[/]: {final}")
+    _run(RLConfig, recipe, "rl model", config, overrides, resume)
 
 
 @app.command("eval")
