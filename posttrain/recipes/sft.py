@@ -33,7 +33,7 @@ import torch
 from rich.console import Console
 
 from posttrain.algos.sft import sft_loss_sum
-from posttrain.checkpoint import latest_checkpoint, load_checkpoint, resume_point, save_checkpoint
+from posttrain.checkpoint import load_checkpoint, resume_point, save_checkpoint
 from posttrain.config.base import save_config
 from posttrain.config.sft import SFTConfig
 from posttrain.core.errors import CheckpointError, DataError, gate_failure

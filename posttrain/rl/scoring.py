@@ -19,7 +19,7 @@ from posttrain.algos.shaping import format_reward, length_penalty, overlong_pena
 from posttrain.rl.buffer import ReplayBuffer
 from posttrain.config.rl import RewardConfig, RLConfig
 from posttrain.tasks.mixture import Mixture
-from posttrain.core.types import Group, Score, Task, Trajectory
+from posttrain.core.types import Group, Task, Trajectory
 from posttrain.verifiers import events_of, task_score
 
 

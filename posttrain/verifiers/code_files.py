@@ -16,8 +16,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from posttrain.core.errors import DataError
-from posttrain.core.fsio import atomic_file, read_jsonl
+from posttrain.core.fsio import atomic_file, bad_lines, read_jsonl
 from posttrain.sandbox import Sandbox
 from posttrain.sandbox.default import get_sandbox
 from posttrain.verifiers.code import CodeResult, run_batch, spec_for
@@ -42,19 +41,23 @@ def verify_code_files(tasks_path, completions_path, out_path, *, sandbox: Sandbo
     """Verify every completion (`batch` per sandbox run, `workers` runs in flight); write
     `out_path` (JSONL, input order) atomically; return a summary."""
     tasks: dict[str, dict] = {}
-    for where, rec in read_jsonl(tasks_path, TASK_KEYS):
+    bad: list[str] = []  # every bad line of both files, reported together
+    for where, rec in read_jsonl(tasks_path, TASK_KEYS, errors=bad):
         if rec["task_id"] in tasks:
-            raise DataError(f"{where}: duplicate task_id {rec['task_id']!r}")
-        tasks[rec["task_id"]] = rec
+            bad.append(f"{where}: duplicate task_id {rec['task_id']!r}")
+        tasks.setdefault(rec["task_id"], rec)
     jobs: list[tuple[str, int, dict]] = []
     counts: dict[str, int] = {}
-    for where, rec in read_jsonl(completions_path, COMPLETION_KEYS):
+    for where, rec in read_jsonl(completions_path, COMPLETION_KEYS, errors=bad):
         task = tasks.get(rec["task_id"])
         if task is None:
-            raise DataError(f"{where}: task_id {rec['task_id']!r} is not in {tasks_path}")
+            bad.append(f"{where}: task_id {rec['task_id']!r} is not in {tasks_path}")
+            continue
         cid = counts.get(rec["task_id"], 0)
         counts[rec["task_id"]] = cid + 1
         jobs.append((rec["task_id"], cid, spec_for(task, rec["completion"], continuation=True)))
+    if bad:
+        raise bad_lines(bad)
     sandbox = sandbox or get_sandbox()
     workers = workers or 2 * (os.cpu_count() or 1)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 
-from posttrain.core.errors import ConfigError, DataError
-from posttrain.core.fsio import atomic_file, read_jsonl
+from posttrain.core.errors import ConfigError
+from posttrain.core.fsio import atomic_file, bad_lines, read_jsonl
 from posttrain.domains.bfcl.source import SINGLE_TURN
 from posttrain.domains.bfcl.data import load_category
 from posttrain.domains.bfcl.ast_check import judge, parse_text
@@ -34,10 +34,14 @@ def verify_tools_files(category: str, completions_path, out_path, *, parser: str
     get_parser(parser)  # an unknown parser is a ConfigError before any line is read
     entries = {e["id"]: e for e in load_category(category)}
     jobs: list[tuple[str, str]] = []
-    for where, rec in read_jsonl(completions_path, COMPLETION_KEYS):
+    bad: list[str] = []  # every bad line, reported together
+    for where, rec in read_jsonl(completions_path, COMPLETION_KEYS, errors=bad):
         if rec["id"] not in entries:
-            raise DataError(f"{where}: id {rec['id']!r} is not in BFCL v4 {category}")
+            bad.append(f"{where}: id {rec['id']!r} is not in BFCL v4 {category}")
+            continue
         jobs.append((rec["id"], rec["completion"]))
+    if bad:
+        raise bad_lines(bad)
     lines = []
     for bfcl_id, text in jobs:
         entry = entries[bfcl_id]
