@@ -25,8 +25,8 @@ from posttrain.config.base import Strict
 
 
 class WeightSyncConfig(Strict):
-    transport: Literal["inprocess", "directory", "dist"] = "inprocess"  # rollout/weight_sync.py
-    pause: Literal["finish", "abort", "continue"] = "abort"  # rollout/client.py AsyncEngine.sync_weights
+    transport: Literal["inprocess", "directory", "dist"] = "inprocess"  # engine/weight_sync.py
+    pause: Literal["finish", "abort", "continue"] = "abort"  # engine/client.py AsyncEngine.sync_weights
     dir: str | None = None
 
 

@@ -7,7 +7,7 @@
         - {suite: general, metric: pass@1, max_drop: 0.02, on_fail: rollback}
       best_by: general                      # the suite whose pass@1 picks the best checkpoint
 
-A suite is what `posttrain eval --suite NAME` runs on one or several models (eval/suites.py); the
+A suite is what `posttrain eval --suite NAME` runs on one or several models (eval/compare_models.py); the
 training recipes evaluate every suite before the first update and every `eval_every` steps
 (eval/in_loop.py); a gate compares a metric against the starting model's (training) or the
 baseline model's (a pipeline's eval stage). Loaded through posttrain/config/base.py like every section.

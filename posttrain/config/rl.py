@@ -40,7 +40,7 @@ class TemperatureConfig(Strict):
 class RolloutConfig(Strict):
     engine: Literal["hf", "paged", "remote", "vllm"] = "paged"  # posttrain/engine/registry.py ENGINES
     engine_options: dict[str, Any] = {}  # passed to the engine, e.g. {kv_dtype: int8} or {base_url: ...}
-    # the paged engine's matmul weights (rollout/paged/quant.py): exact (default: kill -9 resume
+    # the paged engine's matmul weights (engine/paged/quant.py): exact (default: kill -9 resume
     # replays bit for bit) | auto = bf16 or int8 on a CPU for models of >= 20M weights (4.7x HF
     # generate at 135M; a resumed run is not bit-identical, docs/LOG.md) | bf16 | int8;
     # trajectories sampled with inexact weights get TIS
@@ -107,7 +107,7 @@ class DynamicSamplingConfig(Strict):
 
 class BufferConfig(Strict):
     enabled: bool = True
-    # share of each step's trained trajectories that are replayed stored successes (buffer.py: why <= 0.5)
+    # share of each step's trained trajectories that are replayed stored successes (rl/buffer.py: why <= 0.5)
     replay_ratio: float = Field(0.3, ge=0, le=0.5)
     capacity: int = Field(4096, gt=0)
     per_domain_quota: int | None = Field(None, gt=0)
@@ -175,7 +175,7 @@ class RLConfig(Strict):
     train: RLTrainConfig = RLTrainConfig()
     monitor: MonitorConfig = MonitorConfig()
     eval: EvalSection = EvalSection()  # suites evaluated at step 0 and every train.eval_every; gates
-    cluster: ClusterConfig = ClusterConfig()  # scale-out: ray workers, ddp / fsdp2, weight sync (config_cluster.py)
+    cluster: ClusterConfig = ClusterConfig()  # scale-out: ray workers, ddp / fsdp2, weight sync (config/cluster.py)
     logging: LoggingConfig = LoggingConfig()
 
     @model_validator(mode="after")

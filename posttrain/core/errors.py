@@ -27,7 +27,7 @@ class TrainingError(PosttrainError):
 
 class WeightSyncError(PosttrainError):
     """A weight transfer that cannot be used (cut off, corrupted, missing); the engine keeps its old
-    weights. The message names the version and the tensor or file (rollout/weight_sync.py)."""
+    weights. The message names the version and the tensor or file (engine/weight_sync.py)."""
 
 
 class GateError(PosttrainError):

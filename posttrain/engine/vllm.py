@@ -148,7 +148,7 @@ class VLLMEngine:
     def pause(self) -> None:
         """Before a colocated trainer's update: with `enable_sleep_mode=True`, vLLM's sleep level 1
         (weights offloaded to CPU, the KV cache dropped: the GPU memory goes to the trainer); without
-        it nothing is freed. The async client (rollout/client.py) already holds requests meanwhile."""
+        it nothing is freed. The async client (engine/client.py) already holds requests meanwhile."""
         if self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode and not self.sleeping:
             self.llm.sleep(level=1)
             self._asleep = True

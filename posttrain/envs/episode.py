@@ -159,7 +159,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
             stop = "timeout"
             break
         t0 = time.perf_counter()
-        # bounded by tokens, never by a clock; a turn re-sent after a weight sync (scheduler/core.py,
+        # bounded by tokens, never by a clock; a turn re-sent after a weight sync (rl/collect.py,
         # close: enough) is sampled by the new weights, and its tokens carry that version
         if hasattr(client, "generate_versioned"):
             completion, turn_version = await client.generate_versioned(b.ids, request)

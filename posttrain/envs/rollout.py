@@ -4,7 +4,7 @@
     trajs[i][j]    sample j of tasks[i], seeded seeds[i] + j
 
 Every sample is one `run_episode` (envs/episode.py) in its task's environment (`Task.env`,
-envs/base.py ENVS), all of them asyncio tasks over one `AsyncEngine` (rollout/client.py): the
+envs/env.py ENVS), all of them asyncio tasks over one `AsyncEngine` (engine/client.py): the
 engine batches whatever turns are ready while other episodes wait on tools, at most
 `max_concurrent` episodes at a time. A single-turn task is an episode of one turn, sampled
 with exactly the request a plain batch would send (seed seeds[i] + j, max_tokens capped by the

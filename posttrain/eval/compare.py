@@ -5,7 +5,7 @@
                        #  "p_value": 0.003, "significant": True, "test": "mcnemar", "n": 200}
     gates = check_gates(cfg.gates, cmp)   # one row per gate: baseline and model values, drop, passed
 
-Each eval JSON (eval/harness.py) carries `per_task`: task id -> samples correct of K. Two models
+Each eval JSON (eval/run.py) carries `per_task`: task id -> samples correct of K. Two models
 are compared over the tasks both saw (they must be the same tasks: the same suite, seed and
 spec give the same ids; a mismatch is a ConfigError). Tests, both paired over tasks, alpha 0.05:
 

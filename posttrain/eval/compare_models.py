@@ -4,7 +4,7 @@
                     out_dir="runs/q/eval", gates=cfg.gates)
 
 Writes, each atomically, under out_dir/NAME/: `LABEL.json` (+ `LABEL.completions.jsonl`) for
-every model (eval/harness.py's format, with "suite" and "label" set) and `compare.json`:
+every model (eval/run.py's format, with "suite" and "label" set) and `compare.json`:
 
     {"suite", "metrics", "models": [{"label", "path"}], "deltas": [... compare.py ...],
      "gates": [{"name", "suite", "metric", "domain", "max_drop", "baseline", "model",

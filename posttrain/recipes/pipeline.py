@@ -8,7 +8,7 @@
       dpo/               DPO checkpoints, metrics.jsonl, final/
       rl/                RL checkpoints (with the replay buffer), metrics.jsonl, final/
       eval/SUITE/        every suite of `eval.suites` on every model of `eval.models`: LABEL.json each,
-                         compare.json (deltas, significance, gates; eval/suites.py)
+                         compare.json (deltas, significance, gates; eval/compare_models.py)
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,

@@ -14,7 +14,7 @@ Kinds (`make_curriculum` picks by domain; anything else with a curriculum is a C
   spans its first level up to the current one).
 - generated domains (tasks/registry.py `is_generated`: sql, document, cad): option {"level": L}, the
   source's `levels` levels.
-- terminal (tasks/terminal.py): option {"level": L}, L = 1 easy, 2 medium, 3 hard.
+- terminal (domains/terminal/source.py): option {"level": L}, L = 1 easy, 2 medium, 3 hard.
 
 `options()` is the current level's options merged over the domain's own (`base_options`; the level
 wins for what it moves). Every level in [min_level, max_level] is checked here (a reasoning-gym

@@ -9,7 +9,7 @@
 
 A work item is one group: a task, its k samples (replay groups: some stored successes and k - m
 fresh samples) and its serial number, from which its sampling seeds derive (seed, serial), so a
-re-queued item samples with the same seeds. Replay items follow buffer.py's plan; fresh items
+re-queued item samples with the same seeds. Replay items follow rl/buffer.py's plan; fresh items
 are re-queued ones first, then new draws (draw.py: domain weight x expected GRPO signal with a
 floor, quotas, open breakers skipped; settled recurring tasks skipped), each put in a lane by its
 domain's predicted cost (lanes.py). After the step: pass rates per domain and task (value),

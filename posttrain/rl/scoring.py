@@ -7,7 +7,7 @@
 Every trajectory is verified (a verifier that raises counts as an error, appended to `errors` and
 carried by the step's batch, and the sample gets no score: it is excluded from the group) and its reward shaped; the raw task score is kept apart,
 and what the verifiers report as violations goes into `Trajectory.events`. Up to `per_group`
-distinct fresh successes of each group go into the replay buffer (buffer.py).
+distinct fresh successes of each group go into the replay buffer (rl/buffer.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 Completions: one JSON object per line with `id` (a BFCL id of the category, e.g. "simple_python_7")
 and `completion` (the model's raw turn text); several lines may share an id. Each is parsed with the
-named tool-call parser (envs/tools/parsers.py) and judged by bfcl_ast's rules (verifiers/bfcl_ast.py),
+named tool-call parser (envs/tools/parsers.py) and judged by bfcl_ast's rules (domains/bfcl/ast_check.py),
 exactly as the verifier judges an episode's turn. Output, in input order, written atomically: `id`,
 `passed`, `error` ("" when passed, else one line why). A bad line (not JSON, missing key, an id not
 in the category) is a DataError naming the file and line, and nothing is written.

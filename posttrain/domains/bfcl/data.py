@@ -10,7 +10,7 @@ The data is the `bfcl-eval` wheel's, fetched into the cache by `posttrain tasks 
 an installed `bfcl_eval` package is used when there is no fetched copy, found with
 `importlib.util.find_spec`, which does not execute it); only its JSON files and, for the
 multi-turn classes, its source files *as text* are read here. Nothing under `bfcl_eval` is ever
-imported in our process (the classes run inside the sandbox, envs/bfcl_runner.py).
+imported in our process (the classes run inside the sandbox, domains/bfcl/runner.py).
 
 Decisions:
 - The split hashes the BFCL id alone (sha256 of "bfcl-split:<id>", 1 in 4 is "test"), so it never

@@ -12,9 +12,9 @@ call ends the current user question: the next question comes back as a user obse
 the last one the episode is done. `state()` is {"calls": [per user question: [{"name", "arguments"}]]},
 everything needed to re-run it.
 
-Execution: BFCL's class sources (read as text from the bfcl-eval wheel, tasks/bfcl_data.py) run in
+Execution: BFCL's class sources (read as text from the bfcl-eval wheel, domains/bfcl/data.py) run in
 the sandbox under bfcl_runner.py, never in our process. An episode's steps go to ONE long-lived
-runner (envs/bfcl_session.py, started at the first call, killed by `close()`) that holds the task's
+runner (domains/bfcl/session.py, started at the first call, killed by `close()`) that holds the task's
 instances as BFCL's executor does: a step costs one JSON line each way. A step whose calls run past
 the task's `limits.tool_timeout` or hit the memory or output limit answers each of them with a
 tool_timeout error, drops them from the state, and the runner is replaced by a fresh one replaying

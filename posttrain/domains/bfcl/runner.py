@@ -3,9 +3,9 @@
     python3 bfcl_runner.py [job.json]      # batch: in the sandbox's work dir, next to the class source files
     python3 bfcl_runner.py --serve         # an episode's long-lived runner: JSON lines on stdin / stdout
 
-This file is a standalone script (the sandbox's system Python, stdlib only). Batch: envs/bfcl.py
+This file is a standalone script (the sandbox's system Python, stdlib only). Batch: domains/bfcl/env.py
 sends it, BFCL's class sources and job.json in a RunRequest, and reads the one JSON line it prints
-last (scoring). Serve (envs/bfcl_session.py, one process per episode): the first stdin line is the
+last (scoring). Serve (domains/bfcl/session.py, one process per episode): the first stdin line is the
 job without "runs" / "compare"; the runner builds the instances once and answers {"ready": true};
 then each line {"calls": [call, ...]} runs those calls on the same instances and is answered
 {"results": [outcome, ...]} in order, and {"state": true} is answered {"state": snapshot} (below).

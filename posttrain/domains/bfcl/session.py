@@ -6,7 +6,7 @@
     await session.close()                        # the sandbox is gone, nothing of it survives
 
 The runner is bfcl_runner.py --serve (the sandbox's system Python), started on the first call with
-`spawn_sandboxed` / `connect_pipes` / `stop_sandbox` of envs/terminal/session.py, the lifecycle of
+`spawn_sandboxed` / `connect_pipes` / `stop_sandbox` of domains/terminal/session.py, the lifecycle of
 the terminal env's shell: no network, its own pid namespace, rlimits (MEMORY_MB of address space,
 `cpu_seconds` for the process's whole life, the sandbox's usual process, file and fd counts). It
 builds the task's instances once (BFCL's `_load_scenario`, as BFCL's executor keeps instances for
@@ -18,7 +18,7 @@ Decisions:
 - `history` is the calls that ran and were kept, in order, with their results. A runner that must
   be replaced gets a fresh process that replays `history` in one request, and its results must be
   the ones the model saw (the classes are deterministic): so the instances always hold exactly
-  what the kept calls made of them, and a saved state replays anywhere (envs/bfcl.py scores it so).
+  what the kept calls made of them, and a saved state replays anywhere (domains/bfcl/env.py scores it so).
 - Past `timeout`, on a reply over READ_LIMIT_BYTES, or a MemoryError while the runner shows a
   result, the step's calls are at fault: StepLimitError, the process is killed, the calls are not
   added to `history`, and the next call starts a fresh runner replaying `history` first.

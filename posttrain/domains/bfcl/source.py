@@ -7,11 +7,11 @@
 Single-turn sources (`bfcl_simple_python`, `bfcl_multiple`, `bfcl_parallel`, `bfcl_parallel_multiple`,
 `bfcl_irrelevance`, and the live_* ones): one Task per BFCL entry, id "<source>/<bfcl id>", env
 "single_turn", the question's first-turn messages as prompt, verified by `bfcl_ast`
-(verifiers/bfcl_ast.py) from reference {"category", "functions" (BFCL's docs), "answer" (the
+(domains/bfcl/ast_check.py) from reference {"category", "functions" (BFCL's docs), "answer" (the
 possible answers; None for irrelevance/relevance), "dots"}. `metadata["tools"]` holds the docs as
-OpenAI-style tool schemas (tasks/bfcl_data.py); the episode loop renders them into the prompt.
+OpenAI-style tool schemas (domains/bfcl/data.py); the episode loop renders them into the prompt.
 
-`bfcl_multi_turn_base`: env "bfcl" (envs/bfcl.py runs BFCL's API classes in the sandbox), prompt the
+`bfcl_multi_turn_base`: env "bfcl" (domains/bfcl/env.py runs BFCL's API classes in the sandbox), prompt the
 first user turn, reference {"id", "involved_classes", "initial_config", "ground_truth" (call strings
 per user turn), "questions" (every user turn)}, verified by `env_score` (the env's state check).
 

@@ -20,7 +20,7 @@ work dir and measures it; the reward is the share of the final step's checks tha
 when all pass; checks.earned: size and position earn only when the volume, or the body and hole
 counts, match too; watertight only with something beyond the envelope), details {"checks": {name: bool}, "measured": {...}, "confirmed", "steps", "error"?}.
 
-A sub-unit (reference["step"] = k, tasks/cad.py option unit: step) starts with part.scad holding
+A sub-unit (reference["step"] = k, domains/cad/source.py option unit: step) starts with part.scad holding
 the gold script of steps 1..k-1 (not yet rendered) and those steps confirmed; confirm_step(k)
 ends its work (it runs every check of the part after step k). score runs the same checks but
 rewards step k's work only (checks.unit_value): the share of step k's own checks that pass (its

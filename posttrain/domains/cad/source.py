@@ -16,7 +16,7 @@ seed and level, so it does not follow the level cycle) of the part of seed s, id
 `cad/L{level}/{seed}/s{k}`, reference + {"step": k}. The episode starts with the gold script of
 steps 1..k-1 in part.scad and those steps confirmed; confirm_step(k) runs every check of the part
 after step k, and the reward counts step k's own checks only (its probes and the global checks it
-changes), 0 when a check the given steps pass fails (envs/cad/checks.py unit_value): the given
+changes), 0 when a check the given steps pass fails (domains/cad/checks.py unit_value): the given
 script rendered unchanged scores 0. The oracle plays step k only. Limits are sized for one step
 (`subunit_limits`). metadata: "unit" ("whole" | "step"), "steps" (the part's), and "step" (k) for a
 sub-unit.

@@ -3,7 +3,7 @@
     tasks = make_source_tasks("document", n=8, seed=0, options={"level": 3})               # train seeds
     tasks = make_source_tasks("document", n=8, seed=0, options={"level": [4, 5], "split": "test", "depth": 0.9})
 
-Levels 1-5 (envs/document/questions.py): a stated figure or name in ~5 sections; a table cell in
+Levels 1-5 (domains/document/questions.py): a stated figure or name in ~5 sections; a table cell in
 ~12; a table reached through a cross-reference in ~36; two figures combined in ~80; a restated
 figure or three figures in ~160 sections (~70k tokens). Option `depth` (float in [0, 1], default
 None = drawn from the seed) places the first evidence span: 0 near the start, 1 near the end. The

@@ -4,7 +4,7 @@
     html = render_long_context(eval_json["long_context"], kit)   # format: posttrain/domains/longctx/analysis.py
 
 `kit` is the report's HTML toolkit (telemetry/report/evals.py KIT: e, img, table, heatmap), passed in so a
-domain never imports the report layer. The caller titles the section (report_evals.py: "Long context: EVAL"). Self-contained: the heatmaps are PNG data URIs (no network, no files). All text from the data is
+domain never imports the report layer. The caller titles the section (report/evals.py: "Long context: EVAL"). Self-contained: the heatmaps are PNG data URIs (no network, no files). All text from the data is
 HTML-escaped. A variant that is not a well-formed grid is named in a note instead of drawn.
 """
 

@@ -1,6 +1,6 @@
 """The sql environment: a generated SQLite database, a read-only `run_sql` tool, a SQL query as the answer.
 
-    env = make_env("sql", resources)               # a task of the `sql` source (tasks/sql.py)
+    env = make_env("sql", resources)               # a task of the `sql` source (domains/sql/source.py)
     messages = await env.reset(task)               # system (instructions + schema) + the question
     obs, done, info = await env.step(action)       # run_sql -> a text table; submit -> done
     scores = env.score(task, env.state())          # the submission's rows against the reference's

@@ -3,8 +3,8 @@
     tasks = make_source_tasks("sql", n=8, seed=0, options={"level": 3})                  # train seeds
     tasks = make_source_tasks("sql", n=8, seed=0, options={"level": [4, 5], "split": "test", "rows": 80})
 
-One task per (seed, level, rows): the database (envs/sql/schema.py) and the question with its
-reference query (envs/sql/draw.py) are drawn from them; the task carries only the question and
+One task per (seed, level, rows): the database (domains/sql/schema.py) and the question with its
+reference query (domains/sql/draw.py) are drawn from them; the task carries only the question and
 reference {"seed", "level", "rows", "theme", "sql", "decimals"}, from which the env rebuilds the
 database at reset and at scoring. Options: `rows` (int, the fact table's row count, 1..1000,
 default 40); a (seed, rows) that gives no usable question (tiny tables) is a ConfigError.

@@ -25,7 +25,7 @@ reaps bwrap: nothing of the episode survives it.
 No thread per session: the process is a plain Popen, its pipes are asyncio pipe transports, and
 its exit is noticed by polling `poll()` (only after EOF or a kill). `spawn_sandboxed`,
 `connect_pipes` and `stop_sandbox` are that lifecycle for any long-lived sandboxed process (the
-bfcl env's API runner uses them too, envs/bfcl_session.py).
+bfcl env's API runner uses them too, domains/bfcl/session.py).
 """
 
 from __future__ import annotations

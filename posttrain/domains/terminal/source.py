@@ -26,7 +26,7 @@ from posttrain.core.errors import ConfigError
 from posttrain.core.types import Limits, Task
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "data"
-LEVEL_DIFFICULTIES = ("easy", "medium", "hard")  # level 1, 2, 3 (envs/terminal/task.py DIFFICULTIES)
+LEVEL_DIFFICULTIES = ("easy", "medium", "hard")  # level 1, 2, 3 (domains/terminal/task.py DIFFICULTIES)
 LEVELS = len(LEVEL_DIFFICULTIES)
 
 
@@ -49,7 +49,7 @@ def task_folders(root: str | Path) -> list[Path]:
 
 
 def terminal_task(tt) -> Task:
-    """The Task of a loaded TerminalTask (envs/terminal/task.py)."""
+    """The Task of a loaded TerminalTask (domains/terminal/task.py)."""
     from posttrain.domains.terminal.env import SHELL_TOOL
 
     return Task(

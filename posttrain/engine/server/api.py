@@ -1,4 +1,4 @@
-"""Request and response shapes of the OpenAI-compatible server (`rollout/server.py`).
+"""Request and response shapes of the OpenAI-compatible server (`engine/server/app.py`).
 
 Requests are pydantic models (unknown fields are ignored, as vLLM does); `RequestError` is a bad
 request as an OpenAI error body. Response pieces are plain functions over plain values, so the

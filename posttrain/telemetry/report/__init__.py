@@ -8,15 +8,15 @@ checkpoints/, tb/, wandb/ and hidden folders are not searched):
 - a *stage* is run_dir or any subfolder holding metrics.jsonl or config.yaml (its resolved config),
   with alerts.jsonl when a monitor or a gate raised alerts (posttrain.verifiers.monitors);
 - a *suite comparison* is a folder with compare.json (posttrain.eval.compare) and one eval JSON per
-  model, e.g. eval/general/{base,sft,rl}.json (report_suites.py);
+  model, e.g. eval/general/{base,sft,rl}.json (report/suites.py);
 - a loose *eval* is any other *.json with a top-level "domains" mapping (format: posttrain.eval.run).
 
-The page, top to bottom: the headline (report_headline.py: per suite each model's pass@1 / pass@k
+The page, top to bottom: the headline (report/headline.py: per suite each model's pass@1 / pass@k
 with intervals, Δ against the previous model and its significance; gates; alert counts); the
-curves that matter (report_curves.py); the scheduler's utilisation, queues and per-domain table
-when the RL stage logged them (report_sched.py); the evaluations (report_evals.py: per-suite delta and
+curves that matter (report/curves.py); the scheduler's utilisation, queues and per-domain table
+when the RL stage logged them (report/sched.py); the evaluations (report/evals.py: per-suite delta and
 domain tables, loose evals, long-context and safety tables); the stages (config, alerts); and,
-folded away, every logged metric plotted with a summary table per stage (report_dump.py).
+folded away, every logged metric plotted with a summary table per stage (report/dump.py).
 All text from files is HTML-escaped.
 """
 

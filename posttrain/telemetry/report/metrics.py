@@ -1,5 +1,5 @@
 """Metric series read from a stage's metrics.jsonl records, and the plot of a few of them (used by the
-report's curves section, report_curves.py, and its full dump, report_dump.py).
+report's curves section, report/curves.py, and its full dump, report/dump.py).
 
     series = metric_series(records)              # {"loss": ([0, 1, 2], [2.0, None, 1.1]), ...}
     html = plot_keys(series, ["reward", "reward/gcd"], title="reward", alt="rl: reward")   # one <img>
