@@ -7,6 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
+BFCL ?= bfcl-eval==2026.3.23
 
 .PHONY: setup sysdeps data demo demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
@@ -21,6 +22,9 @@ $(STAMP): pyproject.toml
 		echo "CPU machine: installing $(TORCH_CPU) (CPU build)"; $(PY) -m pip install -q "$(TORCH_CPU)"; \
 	fi
 	$(PY) -m pip install -q -e ".[dev]"
+	# the tests compare our BFCL checker's verdicts with BFCL's own checker, which runs from the installed
+	# package in a subprocess (scripts/bfcl_reference_*.py); posttrain itself reads the fetched data (`data`)
+	$(PY) -m pip install -q --no-deps "$(BFCL)"
 	@touch $(STAMP)
 
 # BFCL v4's data (function-calling tasks) into the user's cache (~/.cache/posttrain, or $$POSTTRAIN_CACHE),
