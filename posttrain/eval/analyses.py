@@ -9,11 +9,11 @@ the report renders it. ANALYSES maps each key to "module:function", imported on 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Sequence
 
-from posttrain.eval.evaluate import SampleRecord
+from posttrain.core.registry import resolve
 from posttrain.core.types import Task
+from posttrain.eval.evaluate import SampleRecord
 
 ANALYSES: dict[str, str] = {"long_context": "posttrain.domains.longctx.analysis:summarize",
                              "safety": "posttrain.domains.redteam.source:summarize"}
@@ -22,8 +22,7 @@ ANALYSES: dict[str, str] = {"long_context": "posttrain.domains.longctx.analysis:
 def run_analyses(tasks: Sequence[Task], records: Sequence[SampleRecord], engine=None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, target in ANALYSES.items():
-        module, _, name = target.partition(":")
-        data = getattr(importlib.import_module(module), name)(tasks, records, engine)
+        data = resolve(target)(tasks, records, engine)
         if data is not None:
             out[key] = data
     return out

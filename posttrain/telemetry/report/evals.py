@@ -13,13 +13,13 @@ text itself). Each table gets a section titled after the key ("long_context" -> 
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from types import SimpleNamespace
 
+from posttrain.core.registry import resolve
 from posttrain.telemetry.heatmap import heatmap_plot
 from posttrain.telemetry.plots import grouped_bar_plot
 from posttrain.telemetry.report.html import e, fmt, img, is_num, p_text, signed, table
@@ -45,9 +45,7 @@ def render_extra_tables(name: str, data: dict[str, Any]) -> str:
     out = []
     for key, target in EXTRA_TABLES.items():
         if key in data:
-            module, func = target.split(":")
-            render = getattr(importlib.import_module(module), func)
-            out.append(f"<h3>{e(key.replace('_', ' ').capitalize())}: {e(name)}</h3>" + render(data[key], KIT))
+            out.append(f"<h3>{e(key.replace('_', ' ').capitalize())}: {e(name)}</h3>" + resolve(target)(data[key], KIT))
     return "\n".join(out)
 
 
