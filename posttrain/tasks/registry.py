@@ -156,7 +156,7 @@ def make_source_tasks(name: str, n: int | None, seed: int, options: Mapping[str,
 
 def missing_data(name: str) -> str | None:
     """The command that fetches source `name`'s data when it is not here, else None."""
-    src = SOURCES.get(name, None) if name in SOURCES else None
+    src = SOURCES.get(name, None)
     return resolve(src.requires)() if src is not None and src.requires else None
 
 

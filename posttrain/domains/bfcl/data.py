@@ -55,25 +55,28 @@ TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "integer": "i
             "boolean": "boolean", "array": "array", "number": "number", "object": "object"}
 
 
-def bfcl_dir() -> Path:
-    """BFCL's `bfcl_eval` data directory: the fetched copy in the cache (`posttrain tasks fetch bfcl`,
-    fetch.py), else an installed `bfcl_eval` package; a ConfigError naming the fetch command when neither is there."""
+def _data_dir() -> Path | None:
+    """The fetched copy in the cache, else an installed `bfcl_eval` package, else None."""
     fetched = fetched_dir()
     if fetched is not None:
         return fetched
     spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
+    return Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else None
+
+
+def bfcl_dir() -> Path:
+    """BFCL's `bfcl_eval` data directory: the fetched copy in the cache (`posttrain tasks fetch bfcl`,
+    fetch.py), else an installed `bfcl_eval` package; a ConfigError naming the fetch command when neither is there."""
+    found = _data_dir()
+    if found is None:
         raise ConfigError(f"bfcl: BFCL v4's data is not here: run `{FETCH_COMMAND}` (downloads {REQUIREMENT} "
                           "into the cache once, then works offline)")
-    return Path(list(spec.submodule_search_locations)[0])
+    return found
 
 
 def missing() -> str | None:
     """None when BFCL's data is here, else the command that fetches it (`posttrain tasks list`)."""
-    if fetched_dir() is not None:
-        return None
-    spec = importlib.util.find_spec("bfcl_eval")
-    return None if spec is not None and spec.submodule_search_locations else FETCH_COMMAND
+    return None if _data_dir() is not None else FETCH_COMMAND
 
 
 def _read_json_lines(path: Path) -> list[dict]:

@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 from posttrain.core.errors import ConfigError, DataError, one_line
+from posttrain.core.fsio import replace_dir
 
 VERSION = "2026.3.23"
 REQUIREMENT = f"bfcl-eval=={VERSION}"
@@ -112,11 +113,5 @@ def fetch(force: bool = False, wheel: str | os.PathLike | None = None) -> Path:
         built = tmp_path / "built"
         _unpack(source, built)
         (built / MARKER).write_text(SHA256 + "\n")
-        old = root.with_name(root.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        if root.exists():
-            root.rename(old)
-        built.rename(root)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(built, root)  # the old copy stays whole until the new one is in place
     return root / "bfcl_eval"
