@@ -52,3 +52,16 @@ def cmdlines_with(marker: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def terminal_task(folder, files: dict[str, str]):
+    """Write a terminal task folder (`files`: relative path -> text) and load it as the one Task of
+    the `terminal` source."""
+    from posttrain.tasks.registry import make_source_tasks
+
+    for rel, text in files.items():
+        full = folder / rel
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(text)
+    (task,) = make_source_tasks("terminal", n=None, seed=0, options={"dir": str(folder)})
+    return task

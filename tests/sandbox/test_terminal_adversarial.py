@@ -13,8 +13,7 @@ from posttrain.envs.env import Action, Resources, ToolCall
 from posttrain.domains.terminal.env import TerminalEnv
 from posttrain.domains.terminal.session import shared_isolation
 from posttrain.domains.terminal.verify import read_verdict
-from posttrain.tasks.registry import make_source_tasks
-from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of
+from tests.sandbox.procs import UID, aio, cmdlines_with, processes_of, terminal_task
 
 FIX = "cat > add.py <<'EOF'\nimport sys\nprint(sum(int(x) for x in sys.argv[1:]))\nEOF"
 TEST_SUM = """import subprocess
@@ -38,12 +37,7 @@ def make_task(root, kind="pytest"):
         "solution/solve.sh": FIX + "\n",
         **({"tests/test_sum.py": TEST_SUM} if kind == "pytest" else {"tests/test.sh": TEST_SH}),
     }
-    for rel, text in files.items():
-        full = root / kind / rel
-        full.parent.mkdir(parents=True, exist_ok=True)
-        full.write_text(text)
-    (task,) = make_source_tasks("terminal", n=None, seed=0, options={"dir": str(root / kind)})
-    return task
+    return terminal_task(root / kind, files)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.domains.terminal.session import shared_isolation
-from posttrain.tasks.registry import make_source_tasks
-from tests.sandbox.procs import UID, aio
+from tests.sandbox.procs import UID, aio, terminal_task
 from tests.sandbox.test_terminal_adversarial import FIX, episode, make_task
 
 CORRECT = "import sys\nprint(sum(int(x) for x in sys.argv[1:]))\n"
@@ -47,12 +46,7 @@ def folder_task(root, name, tests: dict[str, str]):
              "task.toml": 'version = "1.0"\n[limits]\ncommand_timeout_sec = 5.0\n',
              "environment/add.py": "print(0)\n", "solution/solve.sh": FIX + "\n",
              **{f"tests/{k}": v for k, v in tests.items()}}
-    for rel, text in files.items():
-        full = root / name / rel
-        full.parent.mkdir(parents=True, exist_ok=True)
-        full.write_text(text)
-    (task,) = make_source_tasks("terminal", n=None, seed=0, options={"dir": str(root / name)})
-    return task
+    return terminal_task(root / name, files)
 
 
 # -- honest controls ------------------------------------------------------------------------------
