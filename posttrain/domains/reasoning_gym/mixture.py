@@ -52,7 +52,7 @@ class GymSource:
             try:
                 self._held_out = self._held_out_for(self.options)
                 break
-            except ConfigError:
+            except rg.SmallSpaceError:
                 # a small question space: the default holdout fits it (never below the eval items scored);
                 # a holdout the user set is never overridden
                 smaller = max(n_eval, holdout // 4)

@@ -284,13 +284,17 @@ def _held_out_build(domain: str, config_key: str, size: int) -> tuple[list[str],
 MIN_DISTINCT = 16  # distinct training questions below which a domain's supply counts as used up
 
 
+class SmallSpaceError(ConfigError):
+    """The held-out eval items leave (almost) no distinct question to train on (`check_supply`)."""
+
+
 def check_supply(domain: str, questions: list[str], scanned: int, holdout: int, wanted: int) -> None:
     """ConfigError when the held-out eval items leave (almost) no distinct question to train on:
     fewer than min(MIN_DISTINCT, wanted) among the training `questions` kept from `scanned` items
     (a small question space, e.g. the 200 of 2-term single-digit chain_sum, used up by a large holdout)."""
     distinct = len(set(questions))
     if distinct < min(MIN_DISTINCT, wanted):
-        raise ConfigError(
+        raise SmallSpaceError(
             f"reasoning-gym domain {domain!r}: only {distinct} distinct training question(s) in {scanned} items "
             f"outside the {holdout} held-out eval items (its question space is small); set a smaller holdout "
             f"(the domain's `holdout`, at least the eval items you score) or harder options")
