@@ -4,6 +4,7 @@
     posttrain tasks fetch bfcl                                                  # BFCL's data into the cache
     posttrain tasks build qa.csv --kind qa --verifier numeric --out tasks/qa   # see tasks/build.py
     posttrain tasks validate posttrain/domains/terminal/data [--json]            # see domains/terminal/validate.py
+    posttrain tasks generate terminal_gen --n 50 --out DIR [--level 2] [--split test]  # then: tasks validate DIR
     posttrain tasks audit-scorers [--domains a,b] [--write]                    # see domains/reasoning_gym/audit.py
 """
 
@@ -178,6 +179,34 @@ def tasks_validate(
         Console().print(table)
     if not results or any(not r.ok for r in results):
         raise typer.Exit(1)
+
+
+@app.command("generate")
+def tasks_generate(
+    name: str = typer.Argument(..., help="A generated source whose tasks are folders (terminal_gen)."),
+    out: str = typer.Option(..., "--out", help="Directory the task folders are written to."),
+    n: int = typer.Option(20, "--n", min=1, help="Tasks to write (levels and families cycle over the seeds)."),
+    level: Optional[list[int]] = typer.Option(None, "--level", help="Levels (repeatable; default all)."),
+    seed: int = typer.Option(0, "--seed", help="The first seed (of the split)."),
+    split: str = typer.Option("train", "--split", help="train seeds, or test: the held-out seeds."),
+    family: Optional[str] = typer.Option(None, "--family", help="terminal_gen: comma-separated families "
+                                         "(text, traceback, unittest, build; default all)."),
+) -> None:
+    """Write N generated task folders to OUT (seeds SEED.. of the split); check them with `tasks validate OUT`."""
+    from posttrain.tasks.generated import generator
+    from posttrain.tasks.registry import make_source_tasks
+
+    levels = level or list(range(1, generator(name).levels + 1))
+    options = {"level": levels, "split": split, "dir": out, **({"family": family} if family is not None else {})}
+    tasks = make_source_tasks(name, n, seed, options)
+    dirs = [t.reference.get("task_dir") if isinstance(t.reference, dict) else None for t in tasks]
+    if not all(isinstance(d, str) for d in dirs):
+        raise ConfigError(f"tasks generate: {name}'s tasks are not task folders (a source with option dir, "
+                          "e.g. terminal_gen)")
+    for t, d in zip(tasks, dirs):
+        print(f"{t.id}\t{d}")
+    err.print(f"wrote {len(tasks)} task folders to {out}; check them with: posttrain tasks validate {out}",
+              highlight=False)
 
 
 @app.command("audit-scorers")

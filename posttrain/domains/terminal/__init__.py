@@ -6,7 +6,8 @@ sandbox, verification by the task's tests in a fresh sandbox (docs/terminal.md).
 
 task.py loads and checks a folder; session.py is the shell; env.py the Env; verify.py the
 unforgeable scoring; harness/runner.py the trusted test runner inside the sandbox; validate.py
-`posttrain tasks validate DIR`; source.py the `terminal` task source.
+`posttrain tasks validate DIR`; source.py the `terminal` task source; generate/ and gen_source.py
+the generated `terminal_gen` source (task folders from family, level and seed).
 """
 
 from posttrain.envs.env import register_env
@@ -15,3 +16,5 @@ from posttrain.tasks.registry import register_source
 register_env("terminal", "posttrain.domains.terminal.env:TerminalEnv")
 register_source("terminal", "posttrain.domains.terminal.source:terminal",
                 description="terminal tasks: a shell in the bubblewrap sandbox, scored by its tests")
+
+from posttrain.domains.terminal import gen_source  # noqa: E402,F401  (registers the generated `terminal_gen` source)
