@@ -116,3 +116,16 @@ def test_curves_titles_carry_n_and_tiny_or_constant_series_are_values():
         "rl: suite g: pass@1 (in-loop, n = 100 per domain)", "rl: KL"]
     assert _rows(html, "mismatch/kl") == [["mismatch/kl", "max |value| = 4.0e-12 (below 1e-06: not drawn)", "5"]]
     assert "total_params" not in html  # not a curve that matters: only the dump lists it
+
+
+def test_pipeline_records_each_stage_wall_time(tmp_path):
+    """`posttrain run` writes timings.json after each stage (here the report stage alone), keeping earlier entries."""
+    from posttrain.config.pipeline import PipelineConfig
+    from posttrain.recipes.pipeline import run as run_pipeline
+
+    run = suite_run(tmp_path / "run")
+    (run / "timings.json").write_text(json.dumps({"rl": 510.0}))
+    report = run_pipeline(PipelineConfig(run_dir=str(run), stages=["report"]))
+    timings = json.loads((run / "timings.json").read_text())
+    assert report.is_file() and set(timings) == {"rl", "report"} and timings["rl"] == 510.0 and timings["report"] > 0
+    assert "in 8.5 min" in report.read_text()  # the report read the rl entry written before it ran
