@@ -3,6 +3,7 @@
     cmp = compare([("base", base_json), ("sft", sft_json), ("rl", rl_json)], suite="general")
     cmp["deltas"][0]   # {"from": "base", "to": "sft", "domain": "chain_sum", "metric": "pass@1", "delta": 0.12,
                        #  "p_value": 0.003, "significant": True, "test": "mcnemar", "n": 200}
+    cmp["span"]        # with 3+ models: the first model against the last, the same tests (the report's verdict)
     gates = check_gates(cfg.gates, cmp)   # one row per gate: baseline and model values, drop, passed
 
 Each eval JSON (eval/run.py) carries `per_task`: task id -> samples correct of K. Two models
@@ -102,7 +103,8 @@ def _check_same_tasks(label_a: str, a: dict[str, Any], label_b: str, b: dict[str
 
 
 def compare(results: Sequence[tuple[str, dict[str, Any]]], suite: str | None = None) -> dict[str, Any]:
-    """Deltas of every consecutive pair (per domain and overall, every metric both report)."""
+    """Deltas of every consecutive pair (per domain and overall, every metric both report); with three
+    or more models also `span`, the first against the last."""
     if not results:
         raise ConfigError("compare: no evals to compare")
     metrics = [m for m in results[0][1]["metrics"] if all(m in r["metrics"] for _, r in results)]
@@ -112,8 +114,13 @@ def compare(results: Sequence[tuple[str, dict[str, Any]]], suite: str | None = N
         for metric in metrics:
             for domain in [*a["domains"], None]:
                 deltas.append({"from": la, "to": lb, **paired_delta(a, b, metric, domain)})
-    return {"suite": suite, "metrics": metrics,
-            "models": [{"label": label, "path": r.get("model")} for label, r in results], "deltas": deltas}
+    out = {"suite": suite, "metrics": metrics,
+           "models": [{"label": label, "path": r.get("model")} for label, r in results], "deltas": deltas}
+    if len(results) > 2:  # the whole pipeline's change, first model to last, with the same tests
+        (la, a), (lb, b) = results[0], results[-1]
+        out["span"] = [{"from": la, "to": lb, **paired_delta(a, b, metric, domain)}
+                       for metric in metrics for domain in [*a["domains"], None]]
+    return out
 
 
 def metric_value(result: dict[str, Any], metric: str, domain: str | None) -> float:

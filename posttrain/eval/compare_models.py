@@ -7,6 +7,7 @@ Writes, each atomically, under out_dir/NAME/: `LABEL.json` (+ `LABEL.completions
 every model (eval/run.py's format, with "suite" and "label" set) and `compare.json`:
 
     {"suite", "metrics", "models": [{"label", "path"}], "deltas": [... compare.py ...],
+     "span": [first model -> last, when 3+ models],
      "gates": [{"name", "suite", "metric", "domain", "max_drop", "baseline", "model",
                 "baseline_value", "value", "drop", "passed"}]}
 

@@ -9,6 +9,7 @@
       rl/                RL checkpoints (with the replay buffer), metrics.jsonl, final/
       eval/SUITE/        every suite of `eval.suites` on every model of `eval.models`: LABEL.json each,
                          compare.json (deltas, significance, gates; eval/compare_models.py)
+      timings.json       wall seconds of each stage that finished, {"base": 12.3, ...} (the report's cost column)
       report.html
 
 Stage outputs chain unless the config sets them: each stage writes to run_dir/<stage>,
@@ -26,6 +27,7 @@ every stage and suite that draws tasks.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -208,6 +210,20 @@ STAGES: dict[str, Callable[[PipelineConfig, bool], None]] = {
 }
 
 
+TIMINGS_FILE = "timings.json"
+
+
+def _record_timing(run_dir: Path, stage: str, seconds: float) -> None:
+    """run_dir/timings.json gains (or updates) this stage's wall seconds; earlier stages' entries stay."""
+    path = run_dir / TIMINGS_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    write_text_atomic(path, json.dumps({**known, stage: round(seconds, 3)}, indent=2) + "\n")
+
+
 def run(cfg: PipelineConfig, resume: bool = False) -> Path:
     cfg = resolve(cfg)
     run_dir = Path(cfg.run_dir)
@@ -218,6 +234,7 @@ def run(cfg: PipelineConfig, resume: bool = False) -> Path:
         start = time.perf_counter()
         STAGES[stage](cfg, resume)
         timings[stage] = time.perf_counter() - start
+        _record_timing(run_dir, stage, timings[stage])
         console.print(f"[dim]{stage} took {timings[stage]:.1f}s[/]")
     summary = ", ".join(f"{k} {v:.0f}s" for k, v in timings.items())
     console.print(f"[bold green]pipeline done[/] in {sum(timings.values()):.0f}s ({summary})")

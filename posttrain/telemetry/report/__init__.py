@@ -11,7 +11,10 @@ checkpoints/, tb/, wandb/ and hidden folders are not searched):
   model, e.g. eval/general/{base,sft,rl}.json (report/suites.py);
 - a loose *eval* is any other *.json with a top-level "domains" mapping (format: posttrain.eval.run).
 
-The page, top to bottom: the headline (report/headline.py: per suite each model's pass@1 / pass@k
+The page, top to bottom: the headline: a one-line verdict (first -> last model on the primary suite,
+points, p, n, wall time; time-capped stages flagged) and per stage and domain what each stage changed
+(report/verdict.py), best and worst example completions per stage (report/examples.py), then
+(report/headline.py) per suite each model's pass@1 / pass@k
 with intervals, Δ against the previous model and its significance; gates; alert counts); the
 curves that matter (report/curves.py); the scheduler's utilisation, queues and per-domain table
 when the RL stage logged them (report/sched.py); the evaluations (report/evals.py: per-suite delta and
@@ -35,11 +38,13 @@ from posttrain.telemetry.report.alerts import render_alert_table
 from posttrain.telemetry.report.curves import render_curves
 from posttrain.telemetry.report.dump import render_dump
 from posttrain.telemetry.report.evals import Eval, render_evals
+from posttrain.telemetry.report.examples import completion_notes, render_examples, suite_samples
 from posttrain.telemetry.report.headline import render_headline
 from posttrain.telemetry.report.html import CSS, e, is_num
 from posttrain.telemetry.report.metrics import metric_series
 from posttrain.telemetry.report.sched import render_scheduler
 from posttrain.telemetry.report.suites import COMPARE_FILE, Suite, load_suite, read_json
+from posttrain.telemetry.report.verdict import parse_config, primary, render_verdict, stage_facts
 from posttrain.verifiers.monitors import ALERTS_FILE, read_alerts
 
 REPORT_FILE = "report.html"
@@ -142,9 +147,20 @@ def render_stage(stage: Stage) -> str:
     return "\n".join(p for p in out if p)
 
 
+def render_lead(run_dir: Path, stages: list[Stage], suites: list[Suite]) -> str:
+    """The verdict, the stage table and example completions of the primary suite."""
+    main = primary(suites)
+    if main is None:
+        return ""
+    samples = suite_samples(main)
+    return (render_verdict(suites, stage_facts(run_dir, stages), completion_notes(samples, main))
+            + render_examples(main, samples))
+
+
 def render_report(run_dir: Path, stages: list[Stage], suites: list[Suite], evals: list[Eval]) -> str:
     now = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     series = [(s.name, metric_series(s.records)) for s in stages if s.records]
+    configs = {s.name: parse_config(s.config) for s in stages}
     alerts = [(s.name, s.alerts) for s in stages if s.alerts]
     parts = [
         "<!DOCTYPE html>",
@@ -153,8 +169,8 @@ def render_report(run_dir: Path, stages: list[Stage], suites: list[Suite], evals
         f"<h1>posttrain report: {e(run_dir.name)}</h1>",
         f'<p class="meta">{e(run_dir)} — generated {e(now)} — {len(stages)} stage(s), {len(suites)} suite '
         f"comparison(s), {len(evals)} other eval file(s)</p>",
-        render_headline(suites, alerts),
-        render_curves(series),
+        render_headline(suites, alerts, render_lead(run_dir, stages, suites)),
+        render_curves(series, configs),
         render_scheduler(series),
         render_evals(suites, evals),
         "<h2>Stages</h2>" if stages else "",

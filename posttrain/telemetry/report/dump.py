@@ -1,6 +1,8 @@
 """The report's "All metrics" section, folded away at the bottom of the page: for every stage a summary
-table (last, min, max, points of every numeric key) and a plot of every numeric key it logged
-(`epoch`, `threads` and one-off counts included; no plot limit), grouped by `group_metrics`.
+table (last, min, max, points of every numeric key) and a plot of every numeric key it logged that
+varies (no plot limit), grouped by `group_metrics`; constants (`total_params`, one-off counts, a
+key logged once) and series within ±metrics.TINY are named under the plots, not drawn (the summary
+table has their values).
 
     html = render_dump([("sft", metric_series(records)), ...])   # "" when no stage logged metrics
 
@@ -15,7 +17,7 @@ import math
 import re
 
 from posttrain.telemetry.report.html import e, fmt, table
-from posttrain.telemetry.report.metrics import Series, plot_keys
+from posttrain.telemetry.report.metrics import TINY, Series, plot_keys, split_drawable
 
 PLOT_PRIORITY = [r"loss", r"eval_loss", r"pass@\d+", r"reward", r"pass_rate", r"temperature", r"eval(_.*)?", r"lr",
                  r"grad_norm", r"tokens_per_s", r"time", r"zero_variance_frac", r"completion_len"]
@@ -60,14 +62,22 @@ def render_dump(stages: list[tuple[str, Series]]) -> str:
     if not stages:
         return ""
     grouped = [(name, series, group_metrics(list(series))) for name, series in stages]
-    n_plots = sum(len(groups) for _, _, groups in grouped)
+    n_plots = sum(bool(split_drawable(series, keys)[0]) for _, series, groups in grouped for _, keys in groups)
     out = ["<h2>All metrics</h2>",
            f"<details><summary>Every logged metric of every stage: {n_plots} plots and a summary table per stage"
            "</summary>"]
     for name, series, groups in grouped:
         out.append(f"<h3>All metrics: {e(name)}</h3>")
         out.append(summary_table(series))
-        plots = [plot_keys(series, keys, title=group, alt=f"{name}: {group}") for group, keys in groups]
+        plots, flat = [], []
+        for group, keys in groups:
+            drawn, rest = split_drawable(series, keys)
+            flat += rest
+            if drawn:
+                plots.append(plot_keys(series, drawn, title=group, alt=f"{name}: {group}"))
         out.append('<div class="plots">' + "".join(plots) + "</div>")
+        if flat:  # their values are in the summary table above
+            out.append(f'<p class="meta">Not drawn (constant, or every value within ±{TINY:g}; values in the table '
+                       f'above): {e(", ".join(sorted(k for k, _, _ in flat)))}</p>')
     out.append("</details>")
     return "\n".join(out)

@@ -1,4 +1,5 @@
-"""The top of report.html, the answer first: per suite, each model's held-out pass@1 (and pass@k) with
+"""The top of report.html, the answer first: the verdict and stage table (report/verdict.py) and example
+completions (report/examples.py) handed in as `lead`; then per suite, each model's held-out pass@1 (and pass@k) with
 its 95% interval and its delta against the previous model (pipeline order) with the p-value and
 whether it is significant; then the regression gates (failed ones in red) and the alert counts.
 
@@ -89,8 +90,9 @@ def render_gates(suites: list[Suite], alerts: list[tuple[str, list[dict]]]) -> s
     return title + table(header, [_gate_row(where, g) for where, g in gates], raw_cells=True, cls="gates")
 
 
-def render_headline(suites: list[Suite], alerts: list[tuple[str, list[dict]]]) -> str:
-    out = ["<h2>Headline</h2>"]
+def render_headline(suites: list[Suite], alerts: list[tuple[str, list[dict]]], lead: str = "") -> str:
+    """`lead`: HTML put first (the verdict, report/verdict.py, and example completions)."""
+    out = ["<h2>Headline</h2>", lead]
     out += [render_suite_headline(s) for s in suites]
     if not suites:
         out.append('<p class="note">No suite comparison in this run (eval/&lt;SUITE&gt;/compare.json), '

@@ -27,6 +27,9 @@ pre{background:#f7f7f7;padding:.8rem;overflow:auto;font-size:.85rem}
 .alerts td{text-align:left}.note{color:#a60}.pos{color:#070}.neg{color:#b00}summary{cursor:pointer;font-weight:600}
 .scroll{max-height:32rem;overflow:auto;margin:.8rem 0}.scroll table{margin:0}.scroll th{position:sticky;top:0}
 .headline{font-size:1rem}.gates td:nth-child(-n+7),.gates th:nth-child(-n+7){text-align:left}.fail{color:#fff;background:#c00;padding:0 .4rem;font-weight:700}.pass{color:#070}
+.verdict{font-size:1.15rem;font-weight:600;background:#f3f7ff;border-left:4px solid #36c;padding:.6rem .9rem}
+.stages td:nth-child(-n+2),.stages td:last-child,.examples td,.examples th{text-align:left;vertical-align:top}.values td:nth-child(2){text-align:left}
+pre.completion{margin:0;padding:.3rem;max-width:640px;white-space:pre-wrap;word-break:break-word;font-size:.8rem}
 """
 
 

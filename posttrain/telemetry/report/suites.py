@@ -6,9 +6,11 @@ and the eval JSON of each model it names (posttrain.eval.run format, next to it)
     suite.value("rl", "overall", "pass@1")        # 0.41, from rl's eval JSON ("overall" or "domains"[D])
     suite.ci("rl", "gcd", "pass@1")               # [lo, hi] or None
     suite.delta("sft", "rl", "overall", "pass@1") # the compare.json delta entry (delta, p_value, significant, ...)
+    suite.delta("base", "rl", "overall", "pass@1")# first -> last: compare.json's `span` (3+ models)
 
 compare.json: {"suite", "metrics": ["pass@1", "pass@8"], "models": [{"label", "path", "file"}, ...],
 "deltas": [{"from", "to", "domain", "metric", "delta", "p_value", "significant", "test", "n"}, ...],
+"span": [the same, first model -> last; only with 3+ models],
 "gates": [{"name", "suite", "metric", "domain", "max_drop", "baseline", "model", "baseline_value",
 "value", "drop", "passed"}, ...]}. A model's "file" is looked up inside the suite folder only; a
 file that is missing or unreadable leaves that model's values empty and is listed in `missing`.
@@ -88,7 +90,8 @@ class Suite:
         return int(v) if is_num(v) else None
 
     def delta(self, a: str, b: str, domain: str, metric: str) -> dict[str, Any] | None:
-        return next((d for d in self.deltas if (d.get("from"), d.get("to"), d.get("domain"), d.get("metric"))
+        span = [d for d in self.compare.get("span") or [] if isinstance(d, dict)]
+        return next((d for d in self.deltas + span if (d.get("from"), d.get("to"), d.get("domain"), d.get("metric"))
                      == (a, b, domain, metric)), None)
 
 

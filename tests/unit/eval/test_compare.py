@@ -79,6 +79,9 @@ def test_compare_lists_consecutive_deltas_and_refuses_different_tasks():
     cmp = compare([("a", a), ("b", b), ("c", c)], suite="s")
     assert [(d["from"], d["to"], d["domain"]) for d in cmp["deltas"]] == [
         ("a", "b", "d"), ("a", "b", "overall"), ("b", "c", "d"), ("b", "c", "overall")]
+    assert [(d["from"], d["to"], d["domain"], d["delta"]) for d in cmp["span"]] == [
+        ("a", "c", "d", pytest.approx(2 / 3)), ("a", "c", "overall", pytest.approx(2 / 3))]
+    assert "span" not in compare([("a", a), ("b", b)])
     other = _result("z", {"e": [1, 0, 1]})
     with pytest.raises(ConfigError, match="different tasks"):
         compare([("a", a), ("z", other)])

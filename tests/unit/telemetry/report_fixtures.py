@@ -90,3 +90,48 @@ def suite_run(run: Path, extra: dict[str, dict] | None = None) -> Path:
     (suite / "compare.json").write_text(json.dumps({"suite": "general", "metrics": ["pass@1", "pass@8"],
                                                     "models": models, "deltas": DELTAS, "gates": GATES}))
     return run
+
+
+SPAN = [{"from": "base", "to": "rl", "domain": "overall", "metric": "pass@1", "delta": 0.15, "p_value": 1e-9,
+         "significant": True, "test": "paired_bootstrap", "n": 200},
+        {"from": "base", "to": "rl", "domain": "gcd", "metric": "pass@1", "delta": 0.3, "p_value": 1e-6,
+         "significant": True, "test": "mcnemar", "n": 100}]
+TIMINGS = {"base": 95.0, "sft": 180.0, "rl": 510.0, "eval": 60.0}
+
+
+def _completion(i: int, domain: str, text: str, correct: bool, finish: str = "stop", score: float | None = None) -> str:
+    return json.dumps({"id": f"{domain}/{i}", "domain": domain, "sample": 0, "completion": text,
+                       "score": float(correct) if score is None else score, "correct": correct,
+                       "finish_reason": finish, "num_tokens": 64 if finish == "length" else len(text.split()) + 1})
+
+
+def lead_run(run: Path) -> Path:
+    """suite_run plus what the report's lead reads: a base stage stopped by its time cap (base.json), the
+    pipeline's timings.json, compare.json's `span` (base -> rl), and completions files: the base always
+    runs to the 64-token cap, sft's chain<sum> completions are all empty, rl has right and wrong ones
+    (one wrong completion carries HTML)."""
+    suite_run(run)
+    with MetricsLogger(run / "base", tensorboard=False) as log:
+        for s in range(1, 6):
+            log.log(s, {"loss": 5.0 / s, "total_params": 1_000_000})
+    (run / "base" / "config.yaml").write_text("max_steps: 1000\nmax_seconds: 900\n")
+    (run / "base" / "base.json").write_text(json.dumps({"stopped_by": "max_seconds", "steps": 412, "seconds": 900.0}))
+    (run / "timings.json").write_text(json.dumps(TIMINGS))
+    suite = run / "eval" / "general"
+    cmp = json.loads((suite / "compare.json").read_text())
+    (suite / "compare.json").write_text(json.dumps({**cmp, "span": SPAN}))
+    for label in OVERALL:
+        doc = json.loads((suite / f"{label}.json").read_text())
+        (suite / f"{label}.json").write_text(json.dumps({**doc, "max_tokens": 64}))
+    lines = {
+        "base": [_completion(i, d, "1 2 3 " * 30, False, "length") for d in DOMAINS for i in range(5)],
+        "sft": [_completion(i, "gcd", f"the answer is {i}", i % 2 == 0) for i in range(6)]
+               + [_completion(i, "chain<sum>", "", False) for i in range(4)],
+        "rl": [_completion(0, "gcd", "<b>bold</b> & wrong", False, score=0.0),
+               _completion(1, "gcd", "almost", False, score=0.5),
+               _completion(2, "gcd", "right", True), _completion(3, "gcd", "also right", True),
+               _completion(4, "gcd", "third right", True), _completion(0, "chain<sum>", "7", True)],
+    }
+    for label, rows in lines.items():
+        (suite / f"{label}.completions.jsonl").write_text("\n".join(rows) + "\n{torn line\n")
+    return run

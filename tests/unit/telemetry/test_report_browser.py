@@ -1,5 +1,6 @@
-"""report.html in a real browser (headless Debian `chromium`): every figure decodes, the headline table is
-there, nothing is fetched; a screenshot of the top of the page is kept as a test artefact.
+"""report.html in a real browser (headless Debian `chromium`): the page leads with the verdict line, then the
+per-stage change table and example completions; every figure decodes, the headline table is there,
+nothing is fetched; a screenshot of the top of the page is kept as a test artefact.
 
     POSTTRAIN_ARTIFACTS=artifacts .venv/bin/python -m pytest tests/unit/telemetry/test_report_browser.py -s
 
@@ -24,7 +25,7 @@ from posttrain.telemetry.plots import grouped_bar_plot
 from posttrain.telemetry.report import write_report
 from posttrain.telemetry.report.evals import EXTRA_TABLES
 from posttrain.telemetry.report.html import img
-from tests.unit.telemetry.report_fixtures import suite_run
+from tests.unit.telemetry.report_fixtures import lead_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WINDOW = (1280, 2400)
@@ -34,6 +35,12 @@ CHECK = """<script>
 window.addEventListener("load", () => {
   const out = {images: Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth, i.naturalHeight]),
                headline_rows: document.querySelectorAll("table.headline tbody tr").length,
+               first_h2: document.querySelector("h2").textContent,
+               verdict: (document.querySelector("p.verdict") || {}).innerText,
+               verdict_top: (document.querySelector("p.verdict") || {getBoundingClientRect: () => ({top: -1})})
+                 .getBoundingClientRect().top,
+               stage_rows: document.querySelectorAll("table.stages tbody tr").length,
+               examples: document.querySelectorAll("table.examples pre.completion").length,
                fetched: performance.getEntriesByType("resource").map(r => r.name)};
   const pre = document.createElement("pre");
   pre.id = "browser-check";
@@ -59,11 +66,13 @@ def _chromium(profile: Path, *args: str) -> str:
 
 def test_report_in_headless_chromium(tmp_path, monkeypatch):
     monkeypatch.setitem(EXTRA_TABLES, "long_context", f"{__name__}:fake_heatmap")
-    run = suite_run(tmp_path / "run", {"rl": {"long_context": {"acc": [0.9, 0.6]}}})
+    run = lead_run(tmp_path / "run")
+    rl_eval = run / "eval" / "general" / "rl.json"
+    rl_eval.write_text(json.dumps({**json.loads(rl_eval.read_text()), "long_context": {"acc": [0.9, 0.6]}}))
     report = write_report(run)
     html = report.read_text()
     n_images = html.count("<img ")
-    assert n_images > 20 and "long-context heatmap" in html
+    assert n_images > 10 and "long-context heatmap" in html
 
     artifacts = Path(os.environ.get("POSTTRAIN_ARTIFACTS") or tmp_path)
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -88,4 +97,11 @@ def test_report_in_headless_chromium(tmp_path, monkeypatch):
     assert not bad, bad
     assert "long-context heatmap" in [alt for alt, *_ in images]
     assert seen["headline_rows"] == 3  # base, sft, rl
+    # the first screen: the verdict right under the headline title, then the stage table and completions
+    assert seen["first_h2"] == "Headline" and 0 < seen["verdict_top"] < 400
+    assert seen["verdict"].startswith("rl raised general pass@1 from 0.3 (base) to 0.45 (+15.0 points, p < 0.001, "
+                                      "n = 200, significant) in 11.5 min")
+    assert "WARNING: base stopped by its time cap" in seen["verdict"]
+    assert seen["stage_rows"] == 9  # 3 stages x (overall + 2 domains)
+    assert seen["examples"] >= 8  # rendered completion cells (empty ones are flagged, not cells)
     assert [u for u in seen["fetched"] if not u.startswith("data:")] == []

@@ -122,8 +122,12 @@ def test_pipeline_report_with_loose_evals(pipeline_run):
     assert len(alts) == len(parser.imgs)
     assert alts == ["base: loss", "sft: loss", "sft: reward",  # curves that matter
                     "pass@1 by domain",  # the loose evals' comparison
-                    "base: loss", "base: lr", "base: tokens_per_s",  # the dump: every key, one-off ones too
-                    "sft: loss", "sft: reward", "sft: lr", "sft: grad_norm", "sft: loss_tokens", "sft: train_examples"]
+                    "base: loss", "base: tokens_per_s",  # the dump: every key that varies
+                    "sft: loss", "sft: reward"]
+    # constants (lr, grad_norm 0.5 around a NaN, one-off counts) are listed with their value, not drawn
+    dump = html[html.index("<h2>All metrics</h2>"):]
+    assert "values in the table above): lr</p>" in dump
+    assert "values in the table above): grad_norm, loss_tokens, lr, reward/chain, train_examples</p>" in dump
     # summary table of the sft stage: NaN logged as null is skipped, last values are right
     assert _rows(html, "grad_norm") == [["grad_norm", "0.5", "0.5", "0.5", "29"]]
     assert _rows(html, "eval_loss") == [["eval_loss", "0.0833", "0.0833", "0.25", "3"]]
@@ -210,18 +214,24 @@ def test_gates_failed_in_red_and_alert_counts(suite_html):
 def test_curves_that_matter_only_those_logged(suite_html):
     curves = _section(suite_html, "Curves that matter")
     assert re.findall(r'alt="([^"]*)"', curves) == [
-        "sft: loss", "rl: loss", "rl: reward", "rl: held-out pass@1 per domain (in-loop)",
-        "rl: suite general: pass@1 (in-loop)", "rl: KL", "rl: entropy", "rl: completion length", "rl: temperature",
-        "rl: replay share", "rl: verifier agreement", "rl: verifier disagreement per domain"]
+        "sft: loss", "rl: reward", "rl: training pass rate (rollouts)",
+        "rl: held-out pass@1 per domain (in-loop, greedy, n not recorded)",  # the fixture's stages save no config
+        "rl: suite general: pass@1 (in-loop, n not recorded)", "rl: KL", "rl: entropy", "rl: completion length",
+        "rl: temperature"]
+    # rl's constant loss, replay share and verifier rates are values, not flat lines
+    assert _rows(curves, "replay/share_trajectories") == [["replay/share_trajectories", "0.25 (constant)", "13"]]
+    assert [r[0] for r in re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)\(constant\)", curves)] == [
+        "loss", "replay/share_trajectories", "verify/agreement/math~exact", "verify/disagreement/gcd"]
 
 
 def test_dump_plots_every_key_folded(suite_html):
     dump = _section(suite_html, "All metrics")
     assert dump.index("<details><summary>") < dump.index("<img") and dump.rstrip().endswith("</details>\n</body></html>")
     alts = re.findall(r'alt="([^"]*)"', dump)
-    assert {"sft: epoch", "rl: epoch", "rl: threads", "sft: train_examples", "rl: time", "rl: replay",
-            "rl: suite/general/pass@1", "rl: verify/agreement"} <= set(alts)
-    assert len(alts) == len(set(alts)) == 4 + 15  # every group of every stage, nothing capped
+    assert {"sft: epoch", "rl: epoch", "rl: suite/general/pass@1", "rl: kl"} <= set(alts)
+    assert len(alts) == len(set(alts)) == 2 + 9  # every group that varies, of every stage, nothing capped
+    assert not {"rl: threads", "sft: train_examples", "rl: time", "rl: replay"} & set(alts)  # constants
+    assert "threads, time/rollout, time/update, verify/agreement/math~exact" in dump
     assert "Not plotted" not in suite_html
     assert _rows(dump, "threads") == [["threads", "2", "2", "2", "13"]]
 
@@ -267,13 +277,13 @@ def test_single_stage_plots_every_metric(tmp_path):
     run = tmp_path / "stage"
     with MetricsLogger(run, tensorboard=False) as log:
         for s in range(3):
-            log.log(s, {f"m{i:02d}": float(i + s) for i in range(15)} | {"pass@1/a": 0.1, "pass@1/b": 0.2})
+            log.log(s, {f"m{i:02d}": float(i + s) for i in range(15)} | {"pass@1/a": 0.1 * s, "pass@1/b": 0.2})
     html = write_report(run).read_text()
     assert re.findall(r"<h3>Stage: (.*?)</h3>", html) == ["stage"]
     assert "<h2>Headline</h2>" in html and "Alerts (" not in html
     dump = re.findall(r'alt="stage: ([^"]*)"', html[html.index("<h2>All metrics</h2>"):])
-    assert dump == ["pass@1"] + [f"m{i:02d}" for i in range(15)]  # pass@1/a and /b share one plot, ranked first
-    assert re.findall(r'alt="([^"]*)"', html)[0] == "stage: held-out pass@1 per domain (in-loop)"
+    assert dump == ["pass@1"] + [f"m{i:02d}" for i in range(15)]  # pass@1/a heads the plots; /b is constant
+    assert re.findall(r'alt="([^"]*)"', html)[0] == "stage: held-out pass@1 per domain (in-loop, greedy, n not recorded)"
     assert len(_rows(html, "m14")) == 1  # and in the summary table
 
 
@@ -304,8 +314,19 @@ def test_curve_groups_split_by_suite_and_metric():
     keys = ["suite/a/pass@1", "suite/a/pass@1/x", "suite/b/pass@8/x", "suite/b/pass@8", "kl", "mismatch/kl",
             "reward/x", "reward", "lr"]
     assert curve_groups(keys) == [
-        ("reward", ["reward", "reward/x"]), ("suite a: pass@1 (in-loop)", ["suite/a/pass@1", "suite/a/pass@1/x"]),
-        ("suite b: pass@8 (in-loop)", ["suite/b/pass@8", "suite/b/pass@8/x"]), ("KL", ["kl", "mismatch/kl"])]
+        ("reward", ["reward", "reward/x"]),
+        ("suite a: pass@1 (in-loop, n not recorded)", ["suite/a/pass@1", "suite/a/pass@1/x"]),
+        ("suite b: pass@8 (in-loop, n not recorded)", ["suite/b/pass@8", "suite/b/pass@8/x"]),
+        ("KL", ["kl", "mismatch/kl"])]
+    # with the stage's config the in-loop titles say which eval and how many tasks per domain
+    config = {"tasks": [{"name": "x", "eval_tasks": 100}, {"name": "y", "eval_tasks": 100}, {"name": "off", "weight": 0}],
+              "eval": {"suites": {"a": {"n": 200}, "b": {"tasks": "x"}}}}
+    titles = [t for t, _ in curve_groups(keys + ["pass@1", "pass@1/x"], config)]
+    assert titles == ["reward", "held-out pass@1 per domain (in-loop, greedy, n = 100 per domain)",
+                      "suite a: pass@1 (in-loop, n = 200 per domain)", "suite b: pass@8 (in-loop, n = 50 per domain)",
+                      "KL"]
+    config["tasks"][1]["eval_tasks"] = 50
+    assert curve_groups(["pass@1"], config)[0][0] == "held-out pass@1 per domain (in-loop, greedy, n per domain: x 100, y 50)"
 
 
 def test_plot_helpers_make_pngs():
