@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -14,7 +14,10 @@ from posttrain.config.eval import EvalSection
 class DataConfig(Strict):
     # A JSONL file of {"messages": [...]}, "hf:NAME[:SPLIT]" for HF datasets,
     # "gym:DOMAIN[,DOMAIN...]:N" for N reasoning-gym examples with worked answers, or
-    # "tasks:NAME[,NAME...]:N" for gold demonstrations of registered task sources (e.g. BFCL's).
+    # "tasks:NAME[,NAME...]:N" for gold demonstrations of registered task sources (e.g. BFCL's), or
+    # "episodes:NAME[,NAME...]:N" for oracle episodes (generated domains' oracles: sql, document, cad;
+    # sources' gold demos: BFCL) played through RL's episode loop, trained on the policy's tokens only
+    # (tasks/episode_sft.py; training tasks only, full-marks episodes only).
     train: str = "gym:basic_arithmetic,chain_sum:4000"
     eval: str | None = None  # same forms; None holds out eval_fraction of train
     eval_fraction: float = Field(0.02, ge=0.0, lt=1.0)
@@ -23,6 +26,8 @@ class DataConfig(Strict):
     # options per domain for gym: and tasks: sources, e.g. {"chain_sum": {"max_terms": 3}} or
     # {"bfcl_simple_python": {"split": "train"}}
     task_options: dict[str, dict[str, Any]] = {}
+    # how episodes: writes the oracle's tool calls, as rollout.tool_parser in RL (auto: the chat template's)
+    tool_parser: Literal["auto", "hermes", "llama3_json", "pythonic"] = "auto"
     seed: int = 0
 
 

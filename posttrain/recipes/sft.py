@@ -40,6 +40,7 @@ from posttrain.core.errors import CheckpointError, DataError, gate_failure
 from posttrain.domains.reasoning_gym.source import sft_examples
 from posttrain.eval.run import stop_ids
 from posttrain.eval.in_loop import SuiteEvals
+from posttrain.tasks.episode_sft import episode_demos
 from posttrain.tasks.sft_data import count_spec, task_demos
 from posttrain.telemetry.metrics import MetricsLogger
 from posttrain.telemetry.progress import progress_bar
@@ -61,28 +62,37 @@ class SFTData:
 
 
 def load_sft_source(source: str, skip_bad_lines: bool = False, seed: int = 0,
-                    task_options: Mapping[str, Mapping[str, Any]] | None = None, tokenizer=None) -> ChatData:
+                    task_options: Mapping[str, Mapping[str, Any]] | None = None, tokenizer=None,
+                    tool_parser: str = "auto") -> ChatData:
     """Chat examples of `data.train` / `data.eval`: a JSONL path or `hf:NAME[:SPLIT]` (train/data.py),
-    `gym:DOMAIN[,DOMAIN...]:N` (reasoning-gym worked examples, seeds disjoint from eval's) or
-    `tasks:NAME[,NAME...]:N` (gold demonstrations of registered task sources, tasks/sft_data.py)."""
+    `gym:DOMAIN[,DOMAIN...]:N` (reasoning-gym worked examples, seeds disjoint from eval's),
+    `tasks:NAME[,NAME...]:N` (gold demonstrations of registered task sources, tasks/sft_data.py) or
+    `episodes:NAME[,NAME...]:N` (oracle episodes through the episode loop as token records,
+    tasks/episode_sft.py)."""
     if source.startswith("gym:"):
         domains, n = count_spec("gym", source[4:], "gym:chain_sum:1000")
         return from_records(sft_examples(domains, n, seed, options=task_options), source)
     if source.startswith("tasks:"):
         return from_records(task_demos(source[6:], seed, task_options, tokenizer), source)
+    if source.startswith("episodes:"):
+        records, info = episode_demos(source[9:], seed, task_options, tokenizer, tool_parser)
+        dropped = f" (dropped {info['dropped']}: {info['dropped_by']})" if info["dropped"] else ""
+        console.print(f"{source}: {info['kept']} of {info['episodes']} oracle episodes scored full marks{dropped}, "
+                      f"played in {info['seconds']:.1f}s")
+        return from_records(records, source)
     return load_chat_examples(source, skip_bad_lines)
 
 
 def prepare_data(cfg: SFTConfig, tokenizer) -> SFTData:
     d, t = cfg.data, cfg.train
     train = load_sft_source(d.train, skip_bad_lines=d.skip_bad_lines, seed=d.seed, task_options=d.task_options,
-                            tokenizer=tokenizer)
+                            tokenizer=tokenizer, tool_parser=d.tool_parser)
     bad_lines = train.bad_lines
     if train.bad_lines:
         console.print(f"[yellow]warning:[/] {train.bad_lines_summary()}")
     if d.eval is not None:
         held = load_sft_source(d.eval, skip_bad_lines=d.skip_bad_lines, seed=d.seed + 1,
-                               task_options=d.task_options, tokenizer=tokenizer)
+                               task_options=d.task_options, tokenizer=tokenizer, tool_parser=d.tool_parser)
         if held.bad_lines:
             console.print(f"[yellow]warning:[/] {held.bad_lines_summary()}")
         bad_lines += held.bad_lines

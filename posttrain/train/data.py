@@ -7,7 +7,10 @@
                                                              # `load_sft_source`: gym:, tasks:)
 
 Every example is validated: `messages` must be a list of {role, content} string pairs
-with at least one assistant turn. A bad line raises `DataError` naming `file:line`;
+with at least one assistant turn. A record may instead be already tokenized,
+`{"input_ids": [...], "loss_mask": [...]}` (equal lengths, mask 0/1 with at least one 1: the
+tokens trained on; e.g. tasks/episode_sft.py's oracle episodes, rendered as RL renders them):
+it becomes a `TokenRecord` and is packed as it is, never re-rendered. A bad line raises `DataError` naming `file:line`;
 with `skip_bad_lines=True` bad lines are counted instead (`ChatData.bad_lines`,
 `ChatData.bad_line_numbers` holds the first few).
 """
@@ -27,9 +30,17 @@ Messages = list[dict[str, str]]
 SHOWN_BAD_LINES = 5  # how many bad line numbers a report names
 
 
+@dataclass(frozen=True)
+class TokenRecord:
+    """An example given as tokens: `loss_mask[t]` = 1 where token t is trained on (predicted)."""
+
+    input_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+
+
 @dataclass
 class ChatData:
-    examples: list[Messages]  # one chat (list of {role, content}) per example
+    examples: list[Messages | TokenRecord]  # one chat (list of {role, content}) or token record per example
     source: str
     bad_lines: int = 0
     bad_line_numbers: list[int] = field(default_factory=list)  # the first SHOWN_BAD_LINES of them
@@ -41,6 +52,27 @@ class ChatData:
         shown = ", ".join(str(n) for n in self.bad_line_numbers)
         more = ", ..." if self.bad_lines > len(self.bad_line_numbers) else ""
         return f"{self.bad_lines} bad lines skipped in {self.source} (lines {shown}{more})"
+
+
+def check_tokens(record: dict) -> TokenRecord:
+    """The validated token record `{"input_ids", "loss_mask"}`; raises ValueError saying what is wrong."""
+    ids, mask = record.get("input_ids"), record.get("loss_mask")
+    if not isinstance(ids, list) or not ids or not all(type(t) is int and t >= 0 for t in ids):
+        raise ValueError("'input_ids' must be a non-empty list of token ids (ints >= 0)")
+    if not isinstance(mask, list) or len(mask) != len(ids):
+        raise ValueError(f"'loss_mask' must be a list as long as 'input_ids' ({len(ids)})")
+    if any(m not in (0, 1) or isinstance(m, float) for m in mask):
+        raise ValueError("'loss_mask' must hold only 0 and 1")
+    if not any(mask[1:]):
+        raise ValueError("'loss_mask' marks no token to train on (after the first)")
+    return TokenRecord(tuple(ids), tuple(int(m) for m in mask))
+
+
+def check_record(record: Any) -> Messages | TokenRecord:
+    """A record's validated example: a token record when it has 'input_ids', else its messages."""
+    if isinstance(record, dict) and "input_ids" in record:
+        return check_tokens(record)
+    return check_messages(record)
 
 
 def check_messages(record: Any) -> Messages:
@@ -75,7 +107,7 @@ def _collect(records: Iterable[tuple[int, Any]], where: str, skip_bad_lines: boo
         try:
             if isinstance(record, Exception):
                 raise record
-            data.examples.append(check_messages(record))
+            data.examples.append(check_record(record))
         except ValueError as e:
             problems.append(f"{where}{unit}{number}: {e}")
             data.bad_lines += 1
@@ -155,7 +187,8 @@ def load_hf(spec: str, skip_bad_lines: bool = False) -> ChatData:
 
 
 def from_records(records: Iterable[dict], source: str) -> ChatData:
-    """Chat examples from records built elsewhere (`{"messages": [...]}` each, e.g. tasks/sft_data.py),
+    """Chat examples from records built elsewhere (`{"messages": [...]}` each, e.g. tasks/sft_data.py, or
+    token records `{"input_ids", "loss_mask"}`, e.g. tasks/episode_sft.py),
     checked like a file's lines; `source` names them in errors."""
     data = _collect(enumerate(records, start=1), source, skip_bad_lines=False, unit=" example ")
     data.source = source
@@ -169,7 +202,7 @@ def load_chat_examples(source: str, skip_bad_lines: bool = False) -> ChatData:
     return load_jsonl(source, skip_bad_lines)
 
 
-def split_eval(examples: list[Messages], fraction: float, seed: int) -> tuple[list[Messages], list[Messages]]:
+def split_eval(examples: list, fraction: float, seed: int) -> tuple[list, list]:
     """Hold out round(fraction * n) examples (at least 1 when fraction > 0) chosen by `seed`."""
     if fraction <= 0 or len(examples) < 2:
         return list(examples), []

@@ -1,8 +1,10 @@
 """Chat examples -> token ids with loss targets -> packed rows -> micro-batches by token budget.
 
-Tokenization uses the chat template's `assistant_masks` (templates with `{% generation %}`);
-for templates without it, the assistant spans are found by diffing the rendered template
-(prefix with a generation prompt vs. prefix plus the assistant turn).
+A token record (train/data.py `TokenRecord`: ids with a loss mask, e.g. an oracle episode
+rendered by the episode loop) is taken as it is: loss on its masked tokens. A chat is tokenized
+with the chat template's `assistant_masks` (templates with `{% generation %}`); for templates
+without it, the assistant spans are found by diffing the rendered template (prefix with a
+generation prompt vs. prefix plus the assistant turn).
 
 Each example carries next-token `labels` that are already shifted (`labels[t]` is the
 target predicted at position t, -100 where there is no loss), so rows can be concatenated
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 
 from posttrain.core.errors import DataError
+from posttrain.train.data import TokenRecord
 
 IGNORE = -100
 PACK_WINDOW_EXAMPLES = 16384  # FFD runs over windows of this many examples (cost ~ window x rows)
@@ -99,10 +102,14 @@ def _mask_by_prefix_diff(tokenizer, messages) -> tuple[list[int], list[int]]:
 
 
 def tokenize_example(tokenizer, messages, max_seq_len: int, use_template_mask: bool | None = None):
-    """(TokenizedExample or None if no assistant token survives truncation, was_truncated)."""
-    if use_template_mask is None:
-        use_template_mask = has_generation_tags(tokenizer)
-    ids, mask = (_mask_by_template if use_template_mask else _mask_by_prefix_diff)(tokenizer, messages)
+    """(TokenizedExample or None if no assistant token survives truncation, was_truncated);
+    `messages` may be a TokenRecord (its ids and mask taken as they are)."""
+    if isinstance(messages, TokenRecord):
+        ids, mask = list(messages.input_ids), list(messages.loss_mask)
+    else:
+        if use_template_mask is None:
+            use_template_mask = has_generation_tags(tokenizer)
+        ids, mask = (_mask_by_template if use_template_mask else _mask_by_prefix_diff)(tokenizer, messages)
     truncated = len(ids) > max_seq_len
     ids_arr = np.asarray(ids[:max_seq_len], dtype=np.int32)
     mask_arr = np.asarray(mask[:max_seq_len], dtype=bool)
@@ -114,10 +121,12 @@ def tokenize_example(tokenizer, messages, max_seq_len: int, use_template_mask: b
 
 
 def tokenize_examples(tokenizer, examples, max_seq_len: int) -> tuple[list[TokenizedExample], TokenizeStats]:
-    """Tokenize chats with loss targets on assistant tokens only; truncate to max_seq_len."""
-    if not getattr(tokenizer, "chat_template", None):
+    """Tokenize chats with loss targets on assistant tokens only (token records: on their masked
+    tokens); truncate to max_seq_len."""
+    chats = any(not isinstance(ex, TokenRecord) for ex in examples)
+    if chats and not getattr(tokenizer, "chat_template", None):
         raise DataError("the tokenizer has no chat template; SFT needs one to render the messages")
-    use_template_mask = has_generation_tags(tokenizer)
+    use_template_mask = has_generation_tags(tokenizer) if chats else False
     stats = TokenizeStats()
     out = []
     for messages in examples:
