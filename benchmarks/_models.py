@@ -6,7 +6,7 @@
     model, name = random_model(args.config)     # a random model of the config's base shape
     options = task_options(args.config, path, domains)  # the config's task_options (warns on a mismatch)
 
-`sft_model`: the pipeline config's (default configs/quickstart.yaml) `base` and `sft` stages, run
+`sft_model`: the pipeline config's (default configs/quickstart-tiny.yaml) `base` and `sft` stages, run
 with `posttrain.recipes.pipeline` into CACHE/sft-<key>/ (base/, sft/final/, config.yaml), where
 the key hashes everything that decides the weights (the base and SFT sections and the top-level
 task_options; output paths left out). The base runs without its `max_seconds` cap, so the
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "posttrain" / "bench"
-DEFAULT_CONFIG = "configs/quickstart.yaml"
+DEFAULT_CONFIG = "configs/quickstart-tiny.yaml"
 UNCAPPED_SECONDS = 24 * 3600.0  # the base's time cap, lifted: its weights follow max_steps only
 DONE = "done.json"
 

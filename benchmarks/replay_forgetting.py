@@ -1,6 +1,6 @@
 """Does replay prevent forgetting? RL on domain A, then RL on domain B, with replay 0 / 0.3 / 0.5.
 
-    .venv/bin/python benchmarks/replay_forgetting.py [--model DIR] [--config configs/quickstart.yaml]
+    .venv/bin/python benchmarks/replay_forgetting.py [--model DIR] [--config configs/quickstart-tiny.yaml]
         [--a basic_arithmetic] [--b chain_sum] [--steps-a 100] [--steps-b 100] [--lr-a 3e-5] [--lr-b 3e-5]
         [--eval-n 200] [--out runs/bench/replay_forgetting] [--reuse-a]
 
@@ -78,7 +78,7 @@ def held_out(model: str, domains: list[DomainConfig]) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model"), p.add_argument("--config", default="configs/quickstart.yaml")
+    p.add_argument("--model"), p.add_argument("--config", default="configs/quickstart-tiny.yaml")
     p.add_argument("--a", default="basic_arithmetic"), p.add_argument("--b", default="chain_sum")
     p.add_argument("--steps-a", type=int, default=100), p.add_argument("--steps-b", type=int, default=100)
     p.add_argument("--lr-a", type=float, default=3e-5), p.add_argument("--lr-b", type=float, default=3e-5)

@@ -6,7 +6,7 @@ passes, fastest pass counts.
 
 Data: `--groups` GRPO groups of `--k` samples; each group one random prompt of 35-50 tokens,
 each sample a random completion of 15-35 tokens (all trained). Model: `--model` if given, else
-a random model of configs/quickstart.yaml's base shape (Qwen2, hidden 128, 4 layers, vocab 1024;
+a random model of configs/quickstart-tiny.yaml's base shape (Qwen2, hidden 128, 4 layers, vocab 1024;
 benchmarks/_models.py: the weights do not change the cost, so nothing is trained). One pass =
 what `update_policy` does per micro-batch, minus the optimizer: build the micro-batches, run the
 decoder, LM head on the trained positions, log-softmax + gather, entropy (no grad), a

@@ -1,6 +1,6 @@
 """RL step time and final pass@1: our RL recipe vs TRL's GRPOTrainer, on CPU, in one run.
 
-    .venv/bin/python benchmarks/rl_vs_trl.py [--model DIR] [--config configs/quickstart.yaml]
+    .venv/bin/python benchmarks/rl_vs_trl.py [--model DIR] [--config configs/quickstart-tiny.yaml]
         [--steps 20] [--prompts 16] [--group 8] [--lr 2e-5] [--max-tokens 64] [--threads 1] [--eval-n 200]
         [--only ours_nods,ours,trl] [--out runs/bench/rl_vs_trl] [--quick] [--holdout N] [--rollout-weights auto]
 
@@ -349,7 +349,7 @@ def train_all(args, chosen: list[str], out: Path) -> dict[str, dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="start model (default: --config's SFT model, built and cached)")
-    p.add_argument("--config", default="configs/quickstart.yaml", help="pipeline config whose task_options to use")
+    p.add_argument("--config", default="configs/quickstart-tiny.yaml", help="pipeline config whose task_options to use")
     for flag, kind, default in (("--steps", int, 20), ("--prompts", int, 16), ("--group", int, 8),
                                 ("--lr", float, 2e-5), ("--max-tokens", int, 64)):
         p.add_argument(flag, type=kind, default=default)

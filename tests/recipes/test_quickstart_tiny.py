@@ -1,4 +1,4 @@
-"""The quickstart pipeline end to end, exactly as `make demo` runs it (slow: ~10-13 min on 2 cores)."""
+"""The toy pipeline (configs/quickstart-tiny.yaml, `make demo-tiny`) end to end: a tiny base built from scratch, SFT, RL, evals, report (slow: ~10-13 min on 2 cores)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quickstart_pipeline_builds_base_sft_rl_eval_report(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "2"}  # the real demo's setting, not the suite's
     run_dir = tmp_path / "qs"
-    cmd = [sys.executable, "-m", "posttrain.cli", "run", str(ROOT / "configs" / "quickstart.yaml"),
+    cmd = [sys.executable, "-m", "posttrain.cli", "run", str(ROOT / "configs" / "quickstart-tiny.yaml"),
            f"run_dir={run_dir}", f"base.cache_dir={tmp_path / 'cache'}",
            "rl.train.max_seconds=900"]  # all 300 RL steps however loaded the machine (the demo caps at 360 s)
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
