@@ -1,6 +1,6 @@
 """The `posttrain` command. Each command loads a typed config (YAML + dotted overrides)
 and calls one recipe; heavy imports happen inside the commands so `--help` is instant. The
-sub-command groups are modules here: tasks.py (`posttrain tasks`), verify.py, sandbox.py, models.py.
+sub-command groups are modules here: tasks.py (`posttrain tasks`), verify.py, sandbox.py, models.py, export.py (`posttrain export`).
 
     posttrain run configs/quickstart.yaml
     posttrain sft configs/x.yaml train.lr=1e-4 model.path=/models/m
@@ -10,6 +10,7 @@ sub-command groups are modules here: tasks.py (`posttrain tasks`), verify.py, sa
     posttrain verify code --tasks T.jsonl --completions C.jsonl --out R.jsonl
     posttrain serve --model runs/quickstart/rl/final --port 8000
     posttrain models get smollm2-135m-instruct --out models/smollm2
+    posttrain export runs/sft/final --format gguf --dtype q8_0
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 from rich.console import Console
 
 from posttrain.core.errors import ConfigError, PosttrainError
+from posttrain.cli.export import export as export_command
 from posttrain.cli.models import app as models_app
 from posttrain.cli.sandbox import app as sandbox_app
 from posttrain.cli.tasks import app as tasks_app
@@ -46,6 +48,7 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(verify_app, name="verify")
 app.add_typer(models_app, name="models")
+app.command("export")(export_command)
 
 err = Console(stderr=True)
 DEFAULT_SUITES = "configs/suites.yaml"
