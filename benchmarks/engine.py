@@ -74,16 +74,18 @@ def spread(n: int, lo: int, hi: int) -> list[int]:
     return [lo + round(i * (hi - lo) / max(1, n - 1)) for i in range(n)]
 
 
-def hf_generate(path: str, tok, prompts: list[list[int]], lengths: list[int], dtype) -> tuple[float, list[list[int]]]:
-    """One left-padded batch through `model.generate`, greedy, EOS suppressed; returns (seconds,
-    each request's first `length` tokens)."""
+def hf_generate(path: str, tok, prompts: list[list[int]], lengths: list[int], dtype,
+                device: str = "cpu") -> tuple[float, list[list[int]]]:
+    """One left-padded batch through `model.generate` on `device`, greedy, EOS suppressed; returns
+    (seconds, each request's first `length` tokens)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     width = max(len(p) for p in prompts)
     pad = tok.pad_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids, mask = ids.to(device), mask.to(device)
     kw = dict(max_new_tokens=max(lengths), min_new_tokens=max(lengths), do_sample=False, pad_token_id=pad,
               eos_token_id=None)
     with torch.inference_mode():
@@ -91,12 +93,14 @@ def hf_generate(path: str, tok, prompts: list[list[int]], lengths: list[int], dt
                        pad_token_id=pad)  # warm-up
         t0 = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=mask, **kw)
+        if device != "cpu":
+            torch.cuda.synchronize()
         dt = time.perf_counter() - t0
     return dt, [out[i, width : width + n].tolist() for i, n in enumerate(lengths)]
 
 
-def paged(path: str, tok, **options):
-    return ENGINES["paged"](path, tok, device="cpu", **options)
+def paged(path: str, tok, device: str = "cpu", **options):
+    return ENGINES["paged"](path, tok, device=device, **options)
 
 
 def run_ours(engine, prompts, params) -> tuple[float, list]:
@@ -110,17 +114,17 @@ def no_eos(tok, n: int, **kw) -> SamplingParams:
     return SamplingParams(max_tokens=n, stop_token_ids=(), **kw)
 
 
-def throughput_row(path: str, tok, n: int, dtype, name: str, rounds: int = 3) -> float:
+def throughput_row(path: str, tok, n: int, dtype, name: str, rounds: int = 3, device: str = "cpu") -> float:
     """Best of `rounds` interleaved runs per side (HF generate's time varies 2-5x run to run on
     a shared machine: its KV cache grows by torch.cat every step)."""
     prompts = make_prompts(tok, n)
     lengths = spread(n, 16, 256)
     useful = sum(lengths)
-    engine = paged(path, tok, dtype=dtype)
+    engine = paged(path, tok, device, dtype=dtype)
     params = [no_eos(tok, m, temperature=0.0) for m in lengths]
     hf_best = ours_best = float("inf")
     for _ in range(rounds):
-        hf_s, hf_tokens = hf_generate(path, tok, prompts, lengths, dtype)
+        hf_s, hf_tokens = hf_generate(path, tok, prompts, lengths, dtype, device)
         ours_s, out = run_ours(engine, prompts, params)
         hf_best, ours_best = min(hf_best, hf_s), min(ours_best, ours_s)
     same = sum(list(c.token_ids) == h for c, h in zip(out, hf_tokens))

@@ -176,7 +176,7 @@ def run_trl(args, out_dir: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from posttrain.tasks.mixture import build_mixture
-    from posttrain.core.hf import load_model, load_tokenizer
+    from posttrain.core.hf import load_model, load_tokenizer, pick_device
     from posttrain.core.types import Trajectory
     from posttrain.verifiers import get_verifier
 
@@ -196,19 +196,19 @@ def run_trl(args, out_dir: Path) -> dict:
                                                 text=c[-1]["content"])) for tid, c in zip(task_id, completions)]
         return [0.0 if sc is None else sc.value for sc in scores]
 
-    per_step = args.prompts * args.group
+    per_step, cuda = args.prompts * args.group, torch.cuda.is_available()  # CUDA: bf16, as ours (dtype auto)
     config = GRPOConfig(
         output_dir=str(out_dir), per_device_train_batch_size=per_step, gradient_accumulation_steps=1,
         num_generations=args.group, max_completion_length=args.max_tokens, learning_rate=args.lr,
         lr_scheduler_type="constant", warmup_steps=0, adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
         max_grad_norm=1.0, max_steps=args.steps, beta=0.0, temperature=1.0, top_p=1.0, epsilon=0.2,
         epsilon_high=0.28, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False,
-        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False, seed=0,
+        logging_steps=1, save_strategy="no", report_to=[], use_cpu=not cuda, bf16=cuda, fp16=False, seed=0,
         dataloader_num_workers=0, disable_tqdm=True, log_completions=False)
     if (config.steps_per_generation, config.generation_batch_size) != (1, per_step):
         raise SystemExit(f"TRL batch mapping: steps_per_generation={config.steps_per_generation}, "
                          f"generation_batch_size={config.generation_batch_size}, expected 1 and {per_step}")
-    model, tokenizer = load_model(args.model, dtype="float32", device=torch.device("cpu")), load_tokenizer(args.model)
+    model, tokenizer = load_model(args.model, dtype="auto", device=pick_device()), load_tokenizer(args.model)
     trainer = GRPOTrainer(model=model, reward_funcs=[numeric_reward], args=config, train_dataset=data,
                           processing_class=tokenizer)
     phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)  # name -> step -> s

