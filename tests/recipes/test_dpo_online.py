@@ -58,7 +58,11 @@ def test_online_dpo_learns_what_its_verifier_prefers_and_resumes_exactly(tmp_pat
     # the verifier rewards an even first token: the policy's probability of one rises (measured
     # exactly, summing the first position's softmax over even ids, on the task prompts)
     before, after = p_even_first(tiny_model_dir, tasks), p_even_first(str(final), tasks)
-    assert after > before + 0.1, (before, after)  # 0.50 -> 0.69 here
+    # Measured gains (before 0.497): train.seed 0 gave +0.19, +0.109 and +0.072 on three machines
+    # (sampling diverges with float order), seeds 1-7 gave +0.44 to +0.50; every seed learns, and
+    # 0.04 keeps room below the weakest draw while staying well above no learning (the probability
+    # is computed exactly, so an untrained policy moves it by 0).
+    assert after > before + 0.04, (before, after)
     assert all(k in rows[0] for k in ("loss", "rewards/accuracy", "logps/chosen", "logps/rejected"))
 
     # stopped after round 2's checkpoint: resuming repeats rounds 3-7 exactly

@@ -9,7 +9,11 @@ Three formats (PARSERS, picked by name):
 - hermes (Qwen2.5/3, SmolLM2, NousHermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
   any number per turn; an unclosed last tag is read when its JSON is complete; "arguments" may
   be a JSON string holding the object. A block ends where its JSON ends when `</tool_call>`
-  follows, so the tag inside a string argument does not cut the call.
+  follows, so the tag inside a string argument does not cut the call. One block may also hold a
+  JSON array of call objects, `<tool_call>[{...}, {...}]</tool_call>` (SmolLM2's trained form):
+  each element is one call in order, an element that is not a call object is one error while
+  the others are read, `[]` is no call, and each element counts against MAX_CALLS.
+  `format_calls` writes the canonical one-object-per-tag form.
 - llama3_json (Llama-3.1/3.2): optional `<|python_tag|>`, then `{"name": ..., "parameters": {...}}`
   objects separated by `;` or newlines. Prose that does not start like a call is plain content.
 - pythonic (Llama-3.2/4 pythonic): `[f(x=1), pkg.g(y=[1, 2])]`, read with `ast`, literal keyword
@@ -54,10 +58,10 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _json_call(obj: Any, arg_keys: tuple[str, ...]) -> tuple[str, dict] | str:
+def _json_call(obj: Any, arg_keys: tuple[str, ...], expected: str = "a JSON object") -> tuple[str, dict] | str:
     """(name, arguments) from a decoded JSON call object, or what is wrong with it."""
     if not isinstance(obj, dict):
-        return f"expected a JSON object with \"name\" and arguments, got {json_type(obj)}"
+        return f"expected {expected} with \"name\" and arguments, got {json_type(obj)}"
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         return "the call has no \"name\" string"
@@ -82,6 +86,9 @@ def _load_json(body: str) -> Any:
 
 
 # ---------------------------------------------------------------- hermes
+
+
+ARG_KEYS = ("arguments", "parameters")  # hermes: where a call object keeps its arguments
 
 
 class HermesParser:
@@ -110,8 +117,8 @@ class HermesParser:
             body_start = start + len(self.OPEN)
             whole = self._whole_call(text, body_start)
             if whole is not None:  # the JSON's own end decides, so "</tool_call>" may sit in a string
-                got, pos = whole
-                turn.add(got, "<tool_call>", text[start:pos])
+                obj, pos = whole
+                self._add(obj, "<tool_call>", text[start:pos], turn)
                 continue
             if close_at != -1 and close_at < body_start:
                 close_at = text.find(self.CLOSE, body_start)
@@ -121,8 +128,8 @@ class HermesParser:
             pos = close_at + len(self.CLOSE) if closed else body_end
             self._read(text[body_start:body_end], text[start:pos], closed, turn)
 
-    def _whole_call(self, text: str, at: int) -> tuple[tuple[str, dict] | str, int] | None:
-        """(call or error, end) when a JSON value at `at` is followed by </tool_call> or the end."""
+    def _whole_call(self, text: str, at: int) -> tuple[Any, int] | None:
+        """(decoded JSON, end) when a JSON value at `at` is followed by </tool_call> or the end."""
         while at < len(text) and text[at].isspace():
             at += 1
         try:
@@ -135,10 +142,20 @@ class HermesParser:
         if size > MAX_CALL_CHARS or not (end == len(text) or text.startswith(self.CLOSE, end)):
             return None
         end += len(self.CLOSE) if end < len(text) else 0
-        return _json_call(obj, ("arguments", "parameters")), end
+        return obj, end
 
     @staticmethod
-    def _read(body: str, raw: str, closed: bool, turn: Turn) -> None:
+    def _add(obj: Any, where: str, raw: str, turn: Turn) -> None:
+        """One decoded block into `turn`: a call object, or a JSON array of them (SmolLM2's form)."""
+        if not isinstance(obj, list):
+            return turn.add(_json_call(obj, ARG_KEYS, "a JSON object (or an array of such objects)"), where, raw)
+        for i, item in enumerate(obj):
+            if turn.full:
+                return
+            got = _json_call(item, ARG_KEYS)
+            turn.add(f"element {i} of the array: {got}" if isinstance(got, str) else got, where, raw)
+
+    def _read(self, body: str, raw: str, closed: bool, turn: Turn) -> None:
         where = "<tool_call>" if closed else "unclosed <tool_call>"
         if len(body) > MAX_CALL_CHARS:
             return turn.add(f"longer than {MAX_CALL_CHARS} characters", where, raw)
@@ -148,7 +165,7 @@ class HermesParser:
             obj = _load_json(body)
         except ValueError as e:
             return turn.add(f"not valid JSON ({e}): {short(body)}", where, raw)
-        turn.add(_json_call(obj, ("arguments", "parameters")), where, raw)
+        self._add(obj, where, raw, turn)
 
     def format_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
         parts = [content] if content else []

@@ -81,7 +81,8 @@ def test_hermes_ignores_calls_inside_think_blocks():
 
 @pytest.mark.parametrize("body,expected", [
     ("{bad json", "not valid JSON"),
-    ('[{"name": "f", "arguments": {}}]', "expected a JSON object"),
+    ('"f"', "expected a JSON object (or an array of such objects)"),
+    ('[{"name": "f", "arguments": {}}] trailing', "not valid JSON"),
     ('{"arguments": {}}', 'no "name" string'),
     ('{"name": "", "arguments": {}}', 'no "name" string'),
     ("   ", "empty"),
@@ -92,6 +93,40 @@ def test_hermes_malformed_calls(body, expected):
     assert expected in one_error(a)
     assert a.errors[0].raw == f"<tool_call>{body}</tool_call>"
     assert calls(a) == [("ok", {})] and a.tool_calls[0].id == "call_0"
+
+
+def test_hermes_array_of_calls_in_one_block():  # SmolLM2's trained form
+    a = hermes.parse('Sure.\n<tool_call>[\n{"name": "f", "arguments": {"x": 1}},\n{"name": "g", "arguments": {}}\n]'
+                     '</tool_call>\n<tool_call>{"name": "h", "arguments": {}}</tool_call><|im_end|>')
+    assert calls(a) == [("f", {"x": 1}), ("g", {}), ("h", {})] and a.errors == ()
+    assert [c.id for c in a.tool_calls] == ["call_0", "call_1", "call_2"] and a.content == "Sure."
+    empty = hermes.parse("<tool_call>[]</tool_call>")  # SmolLM2's "no call is needed"
+    assert empty.tool_calls == () and empty.errors == () and empty.content == ""
+    unclosed = hermes.parse('<tool_call>[{"name": "f", "parameters": {"y": "</tool_call>"}}]')
+    assert calls(unclosed) == [("f", {"y": "</tool_call>"})] and unclosed.errors == ()
+
+
+def test_hermes_bad_array_element_is_one_error_and_the_rest_are_read():
+    block = '<tool_call>[{"name": "f", "arguments": {}}, 3, {"arguments": {}}, {"name": "g"}, [{"name": "h"}]]</tool_call>'
+    a = hermes.parse(block + "<tool_call>{\"name\": \"k\", \"arguments\": {}}</tool_call>")
+    assert calls(a) == [("f", {}), ("g", {}), ("k", {})]
+    assert [c.id for c in a.tool_calls] == ["call_0", "call_1", "call_2"]
+    assert [e.message for e in a.errors] == [
+        '<tool_call>: element 1 of the array: expected a JSON object with "name" and arguments, got integer',
+        '<tool_call>: element 2 of the array: the call has no "name" string',
+        '<tool_call>: element 4 of the array: expected a JSON object with "name" and arguments, got array']
+    assert {e.raw for e in a.errors} == {block} and {e.kind for e in a.errors} == {"malformed"}
+    bad = hermes.parse('<tool_call>[{"name": "f", "arguments": {}}, {"name": "g", "arguments": 5}]</tool_call>')
+    assert calls(bad) == [("f", {})] and "arguments of 'g' must be a JSON object, got integer" in one_error(bad)
+
+
+def test_hermes_array_elements_count_against_the_per_turn_bound():
+    array = json.dumps([{"name": "f", "arguments": {"i": i}} for i in range(MAX_CALLS - 1)])
+    a = hermes.parse(f'<tool_call>{{"name": "first", "arguments": {{}}}}</tool_call><tool_call>{array}</tool_call>')
+    assert len(a.tool_calls) == MAX_CALLS and a.errors == ()
+    over = hermes.parse(f"<tool_call>{array}</tool_call><tool_call>{array}</tool_call>")
+    assert len(over.tool_calls) == MAX_CALLS and over.tool_calls[-1].arguments == {"i": 0}
+    assert f"more than {MAX_CALLS} tool calls" in one_error(over)
 
 
 def test_hermes_prose_without_calls_is_content():
