@@ -18,7 +18,8 @@ concatenation of sampled ids + rendered tool messages loses it). This needs `b` 
 
 Per token, `sources` says where it came from: ENV (message and observation text), TEMPLATE (the
 template's own markup); sampled tokens are POLICY. Spans come from the fast tokenizer's offsets
-(a slow tokenizer marks a whole bridge ENV).
+(a slow tokenizer marks a whole bridge ENV); a fast one is called through its own Rust tokenizer
+when that gives what the `transformers` wrapper would (tests/unit/envs/test_bridge_exact.py).
 
 `check_template` renders a two-turn conversation with a tool call, a tool answer and a
 `<think>` block, and rebuilds it the way episodes do; it names the first problem found: a lost
