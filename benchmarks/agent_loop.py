@@ -56,12 +56,14 @@ from rich.table import Table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import ROOT, smollm2_model  # noqa: E402,F401  (also puts the repo on sys.path)
 
+from posttrain.domains import load_domains  # noqa: E402
 from posttrain.envs.env import Action, Resources, ToolCall, make_env, register_env  # noqa: E402
 from posttrain.envs.episode import turn_seed  # noqa: E402
 from posttrain.envs.rollout import chat_format, run_episodes  # noqa: E402
 from posttrain.engine.client import AsyncEngine  # noqa: E402
 from posttrain.engine.protocol import SamplingParams  # noqa: E402
 
+load_domains()  # the task sources (sql, document, terminal, bfcl...) register here
 console = Console(highlight=False, width=150)
 COMMANDS = ["ls -la", "find . -type f | head -40", "wc -l $(find . -type f -name '*.*' | head -20) | tail -1",
             "head -30 $(ls | head -1) 2>/dev/null | tail -5", "python3 -c 'print(sum(i * i for i in range(200000)))'",

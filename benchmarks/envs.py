@@ -42,6 +42,7 @@ from rich.table import Table  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import smollm2_model  # noqa: E402  (also puts the repo on sys.path)
 
+from posttrain.domains import load_domains  # noqa: E402
 from posttrain.envs.env import Resources, make_env  # noqa: E402
 from posttrain.envs.oracle import OracleEngine  # noqa: E402
 from posttrain.envs.rollout import chat_format, run_episodes  # noqa: E402
@@ -51,6 +52,7 @@ from posttrain.tasks.generated import oracle_turns  # noqa: E402
 from posttrain.tasks.registry import make_source_tasks  # noqa: E402
 from posttrain.tasks.validate import play_oracle  # noqa: E402
 
+load_domains()  # the task sources (sql, document, terminal, bfcl...) register here
 console = Console()
 
 

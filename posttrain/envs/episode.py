@@ -173,10 +173,10 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
         out = list(completion.token_ids)
         stop_text = None
         if finish == "stop" and out:
-            last = fmt.tokenizer.decode(out[-1:], skip_special_tokens=False)
-            if last in getattr(fmt.tokenizer, "all_special_tokens", ()):  # a stop token, not a stop string
-                stop_text, out = last, out[:-1]
-        turn_text = fmt.tokenizer.decode(out, skip_special_tokens=False)
+            stop_text = fmt.stop_text(out[-1])  # a stop token, not a stop string
+            if stop_text is not None:
+                out = out[:-1]
+        turn_text = fmt.decode(out)
         last_ids = list(completion.token_ids)
         try:
             action, errors = _checked_action(fmt, turn_text, tools)
@@ -237,7 +237,7 @@ async def run_episode(client, fmt: ChatFormat, env: Env, task: Task, params: Sam
     events = (f"env_error: {notes['env_error']}",) if "env_error" in notes else ()
     return Trajectory(
         task_id=task.id, token_ids=tuple(b.ids), loss_mask=tuple(b.mask), logprobs=tuple(b.logprobs),
-        prompt_len=prompt_len, sampling=params, text=fmt.tokenizer.decode(last_ids, skip_special_tokens=True),
+        prompt_len=prompt_len, sampling=params, text=fmt.decode(last_ids, skip_special_tokens=True),
         policy_version=version, turns=turns,
         finish_reason="error" if stop in ("env_error", "infra_error") else finish,
         timings={"episode": stats["episode_seconds"]}, events=events, sampler_weights=sampler_weights,

@@ -18,7 +18,8 @@ concatenation of sampled ids + rendered tool messages loses it). This needs `b` 
 
 Per token, `sources` says where it came from: ENV (message and observation text), TEMPLATE (the
 template's own markup); sampled tokens are POLICY. Spans come from the fast tokenizer's offsets
-(a slow tokenizer marks a whole bridge ENV).
+(a slow tokenizer marks a whole bridge ENV); a fast one is called through its own Rust tokenizer
+when that gives what the `transformers` wrapper would (tests/unit/envs/test_bridge_exact.py).
 
 `check_template` renders a two-turn conversation with a tool call, a tool answer and a
 `<think>` block, and rebuilds it the way episodes do; it names the first problem found: a lost
@@ -51,6 +52,41 @@ def _render(tokenizer, messages: Sequence[Mapping], tools_kwargs: Mapping, gener
                                          **tools_kwargs)
 
 
+def _backend(tok):
+    """The fast tokenizer's own (Rust) tokenizer when encoding with it directly gives exactly what
+    `tok(text, add_special_tokens=False)` gives: no truncation or padding set on it, and its
+    special-token splitting as the wrapper would set it; None otherwise (the wrapper is called)."""
+    backend = getattr(tok, "_tokenizer", None)
+    if backend is None or not getattr(tok, "is_fast", False) or not hasattr(backend, "encode"):
+        return None
+    try:
+        if backend.truncation is not None or backend.padding is not None:
+            return None
+        if bool(getattr(backend, "encode_special_tokens", False)) != bool(getattr(tok, "split_special_tokens", False)):
+            return None
+    except AttributeError:
+        return None
+    return backend
+
+
+def _sources(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Per token: ENV when its (start, end) overlaps one of `spans` (sorted, disjoint), else TEMPLATE
+    (a token with no characters is markup). One pass over both while token starts never go back (a
+    fast tokenizer's offsets); each token against each span otherwise."""
+    out, j, n, prev = [], 0, len(spans), -1
+    for start, end in offsets:
+        if end <= start:
+            out.append(TEMPLATE)
+            continue
+        if start < prev:
+            return [ENV if e > s and any(s < b and e > a for a, b in spans) else TEMPLATE for s, e in offsets]
+        prev = start
+        while j < n and spans[j][1] <= start:  # spans ending before this token end before every later one
+            j += 1
+        out.append(ENV if j < n and spans[j][0] < end else TEMPLATE)
+    return out
+
+
 class ChatFormat:
     _cache: dict[tuple[int, str], "ChatFormat"] = {}
 
@@ -65,6 +101,7 @@ class ChatFormat:
         self.checked = False
         self.problems: list[str] = []
         self._prompts: dict[str, tuple] = {}
+        self._stops: dict[int, str | None] = {}
 
     @classmethod
     def of(cls, tokenizer, parser=None, template_check: str = "refuse") -> "ChatFormat":
@@ -73,6 +110,24 @@ class ChatFormat:
         if fmt is None or fmt.tokenizer is not tokenizer:
             fmt = cls._cache[key] = cls(tokenizer, parser, template_check)
         return fmt
+
+    def stop_text(self, token_id: int) -> str | None:
+        """The special token `token_id` is, as text, when it is one (a turn that ends on it stopped
+        there, not at a stop string); None otherwise. Kept per id: a turn's last token is checked each turn."""
+        if token_id not in self._stops:
+            text = self.decode([token_id])
+            self._stops[token_id] = text if text in getattr(self.tokenizer, "all_special_tokens", ()) else None
+        return self._stops[token_id]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """`tokenizer.decode(ids, skip_special_tokens=...)`, straight from a fast tokenizer's own
+        tokenizer when the wrapper would add nothing (no clean-up of spaces)."""
+        tok = self.tokenizer
+        backend = getattr(tok, "_tokenizer", None)
+        if backend is not None and getattr(tok, "is_fast", False) and getattr(tok, "clean_up_tokenization_spaces",
+                                                                               True) is False:
+            return backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ---- rendering ----
 
@@ -86,17 +141,18 @@ class ChatFormat:
     def _encode(self, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
         """Token ids of `text` and each one's source: ENV when it overlaps a content span."""
         tok = self.tokenizer
-        try:
-            enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-            offsets = enc["offset_mapping"]
-        except (NotImplementedError, ValueError, KeyError):  # a slow tokenizer: no offsets
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            return ids, [ENV if spans else TEMPLATE] * len(ids)
-        sources = []
-        for start, end in offsets:
-            inside = any(start < e and end > s for s, e in spans) if end > start else False
-            sources.append(ENV if inside else TEMPLATE)
-        return list(enc["input_ids"]), sources
+        backend = _backend(tok)
+        if backend is not None:  # what tok(text, add_special_tokens=False) calls, without its wrapping
+            enc = backend.encode(text, add_special_tokens=False)
+            ids, offsets = enc.ids, enc.offsets
+        else:
+            try:
+                enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+                ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+            except (NotImplementedError, ValueError, KeyError):  # a slow tokenizer: no offsets
+                ids = tok(text, add_special_tokens=False)["input_ids"]
+                return ids, [ENV if spans else TEMPLATE] * len(ids)
+        return ids, _sources(offsets, spans)
 
     @staticmethod
     def _spans(text: str, contents: Sequence[str], start: int = 0) -> list[tuple[int, int]]:
