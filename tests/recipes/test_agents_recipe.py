@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from posttrain.config.base import load_config
 from posttrain.config.pipeline import PipelineConfig
@@ -39,8 +40,9 @@ def test_agents_recipe_runs_every_stage_and_compares_every_domain(tmp_path, monk
         "eval.suites.regression.tasks": "[gcd:2, lcm:2, count_bits:2]",
         "eval.suites.regression.max_new_tokens": 8, "eval.suites.agents.max_new_tokens": 16,
     }
-    for i in range(5):
-        overrides[f"eval.suites.agents.tasks.{i}.n"] = 2
+    config = yaml.safe_load((ROOT / "configs" / "smollm2-agents.yaml").read_text())
+    suite_tasks = [{**t, "n": 2} for t in config["eval"]["suites"]["agents"]["tasks"]]  # the config's, 2 tasks each
+    overrides["eval.suites.agents.tasks"] = json.dumps(suite_tasks)
     cfg = load_config(PipelineConfig, ROOT / "configs" / "smollm2-agents.yaml",
                       [f"{k}={v}" for k, v in overrides.items()])
     assert {t.name for t in cfg.rl.tasks} == DOMAINS
