@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
 
-.PHONY: setup sysdeps data demo demo-tiny demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps data demo demo-tiny demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-agents demo-all-domains test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps data
 
@@ -90,6 +90,11 @@ demo-bfcl: setup $(SMOL)/config.json
 # Six kinds of domain in one RL run (reasoning-gym, BFCL, terminal, SQL, documents, CAD): ~11 min on 2 CPU cores
 demo-mixed: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/smollm2-mixed.yaml
+
+# Agents: SFT on oracle episodes, RL over BFCL/SQL/document/CAD/terminal with curricula, held-out eval per
+# domain (configs/smollm2-agents.yaml; time on 2 CPU cores: docs/agents-results.md)
+demo-agents: setup $(SMOL)/config.json
+	$(VENV)/bin/posttrain run configs/smollm2-agents.yaml
 
 demo-all-domains: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/all-domains.yaml

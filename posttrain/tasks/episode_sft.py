@@ -7,7 +7,7 @@
 
 `data.train: "episodes:NAME[,NAME...]:N"` (recipes/sft.py) gives N examples split evenly over the
 names. Each name is a task source with an oracle: a generated domain's scripted turns
-(tasks/generated.py `oracle_turns`: sql, document, cad) or a source's gold demonstration
+(tasks/generated.py `oracle_turns`: sql, document, cad, terminal_gen) or a source's gold demonstration
 (tasks/registry.py `demo`: BFCL's gold calls, one turn). Every task's oracle is played by an
 `OracleEngine` (envs/oracle.py: the turns written by the run's tool-call parser, tokenized, ended by
 the end-of-turn token) through `rollout` (envs/rollout.py), the loop RL runs: the model's chat

@@ -39,7 +39,7 @@ def test_an_oracle_without_one_of_its_steps_fails(tmp_path):
 
 @pytest.mark.slow
 def test_forty_held_out_tasks_validate_through_the_source(tmp_path, monkeypatch):
-    """`posttrain tasks validate --source terminal_gen`: the test split's tasks, the oracle as one shell call."""
+    """`posttrain tasks validate --source terminal_gen`: the test split's tasks, the oracle as shell calls (one a step)."""
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
     results = asyncio.run(validate_generated("terminal_gen", n=14, levels=[1, 2, 3], split="test", jobs=2))
     assert len(results) == 42

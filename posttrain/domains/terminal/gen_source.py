@@ -12,8 +12,10 @@ traceback, unittest, build) and `dir` (where the folders are written; default
 $POSTTRAIN_CACHE/terminal_gen, POSTTRAIN_CACHE defaulting to ~/.cache/posttrain). Each task's folder is
 written when its task is made (left alone when already identical), named FAMILY-lLEVEL-sSEED; the task is
 the folder's terminal task with id `terminal_gen/L{level}/{seed}` and metadata family, seed and level.
-The oracle (`posttrain tasks validate --source terminal_gen`) runs the folder's solution/solve.sh as one
-shell call; `posttrain tasks validate DIR` runs it the shipped tasks' way.
+The oracle (`posttrain tasks validate --source terminal_gen`, `episodes:terminal_gen:N` SFT data) runs
+solve.sh's steps as the model would: one `shell` call per step (a turn each, from /work, where the shell
+starts and no step leaves), then a final answer without a call; `posttrain tasks validate DIR` runs
+solution/solve.sh the shipped tasks' way.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from posttrain.domains.terminal.task import cached_task
 from posttrain.tasks.generated import OracleTurn, calls, register_generated
 
 NAME = "terminal_gen"
-HEREDOC_END = "__POSTTRAIN_SOLVE_END__"
 
 
 def default_dir() -> Path:
@@ -38,10 +39,11 @@ def default_dir() -> Path:
 
 
 def terminal_gen_oracle(task: Task) -> list[OracleTurn]:
-    """solution/solve.sh of the task's folder, run by bash from one shell call; then a final answer."""
-    solve = (Path(task.reference["task_dir"]) / "solution" / "solve.sh").read_text()
-    command = f"bash <<'{HEREDOC_END}'\n{solve}\n{HEREDOC_END}"
-    return [OracleTurn(calls=calls(("shell", {"command": command}))), OracleTurn(content="Done.")]
+    """The task's oracle steps (its solve.sh, regenerated from family, level and seed), one shell call a
+    turn; then a final answer."""
+    meta = task.metadata
+    steps = generate(meta["family"], meta["level"], meta["seed"]).steps
+    return [*(OracleTurn(calls=calls(("shell", {"command": step}))) for step in steps), OracleTurn(content="Done.")]
 
 
 @register_generated(NAME, levels=3, oracle=terminal_gen_oracle, options={"family": (str, ""), "dir": (str, None)},
