@@ -4,22 +4,15 @@ it in the terminal env's sandbox, loss on the policy's turns only, and it scores
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 import pytest
 
 from posttrain.domains.terminal.generate import generate
-from posttrain.engine.protocol import SamplingParams
-from posttrain.envs.oracle import OracleEngine
-from posttrain.envs.rollout import chat_format, rollout
 from posttrain.tasks import episode_sft
 from posttrain.tasks.episode_sft import episode_demos, episode_oracle, training_tasks
 from posttrain.tasks.generated import HELD_OUT_SEED
-
-
-def spans(ids, mask):
-    return [(k, [i for i, _ in g]) for k, g in itertools.groupby(zip(ids, mask), key=lambda x: x[1])]
+from tests.unit.tasks.oracle_play import oracle_rollout, spans
 
 
 @pytest.fixture
@@ -55,20 +48,14 @@ def test_terminal_gen_examples_are_the_rl_trajectories(tmp_path, monkeypatch, ro
     tasks = roomy_turns("terminal_gen", 2, 3, options, "test")
     assert all(t.metadata["seed"] < HELD_OUT_SEED for t in tasks)
     assert {t.metadata["family"] for t in tasks} == {"traceback", "build"}
-    fmt = chat_format(tiny_tokenizer, tasks, "hermes")
-    oracle = episode_oracle("terminal_gen", "test")
-    script = {100 * (i + 1): oracle(t) for i, t in enumerate(tasks)}
-    engine = OracleEngine(tiny_tokenizer, fmt.parser, script)
-    groups = rollout(engine, tiny_tokenizer, tasks, [1] * len(tasks), SamplingParams(max_tokens=1 << 20),
-                     seeds=sorted(script), version=0, parser="hermes")
-    end = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
-    for record, (traj,), turns in zip(records, groups, script.values()):
+    turns_of, groups, end, parser = oracle_rollout(tiny_tokenizer, "terminal_gen", tasks)
+    for record, (traj,), turns in zip(records, groups, turns_of):
         assert traj.stop_reason == "done"
         assert record["input_ids"] == list(traj.token_ids)  # shell outputs are deterministic here
         assert record["loss_mask"] == list(traj.loss_mask)
         runs = spans(record["input_ids"], record["loss_mask"])
         masked = [ids for k, ids in runs if k]
-        want = [fmt.parser.format_calls(t.calls, t.content) if t.calls else t.content for t in turns]
+        want = [parser.format_calls(t.calls, t.content) if t.calls else t.content for t in turns]
         assert [tiny_tokenizer.decode(ids[:-1], skip_special_tokens=False) for ids in masked] == want
         assert all(ids[-1] == end for ids in masked)
         context = [tiny_tokenizer.decode(ids, skip_special_tokens=False) for k, ids in runs if not k]

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from posttrain.telemetry.report.html import e, fmt, is_num
-from posttrain.telemetry.report.metrics import TINY, Series, plot_keys, split_drawable, values_table
+from posttrain.telemetry.report.metrics import TINY, Series, plot_groups, values_table
 
 DEFAULT_EVAL_TASKS = 64  # config/common.py DomainConfig.eval_tasks
 
@@ -84,13 +84,7 @@ def curve_groups(keys: list[str], config: dict[str, Any] | None = None) -> list[
 def render_curves(stages: list[tuple[str, Series]], configs: dict[str, dict[str, Any]] | None = None) -> str:
     out = []
     for name, series in stages:
-        groups = curve_groups(list(series), (configs or {}).get(name))
-        plots, flat = [], []
-        for title, keys in groups:
-            drawn, rest = split_drawable(series, keys)
-            flat += rest
-            if drawn:
-                plots.append(plot_keys(series, drawn, title=title, alt=f"{name}: {title}"))
+        plots, flat = plot_groups(series, curve_groups(list(series), (configs or {}).get(name)), name)
         if plots or flat:
             out.append(f"<h3>Curves: {e(name)}</h3>" + '<div class="plots">' + "".join(plots) + "</div>"
                        + values_table(flat, f"Not drawn: constant, or every value within ±{TINY:g}"))

@@ -17,7 +17,7 @@ import math
 import re
 
 from posttrain.telemetry.report.html import e, fmt, table
-from posttrain.telemetry.report.metrics import TINY, Series, plot_keys, split_drawable
+from posttrain.telemetry.report.metrics import TINY, Series, plot_groups, split_drawable
 
 PLOT_PRIORITY = [r"loss", r"eval_loss", r"pass@\d+", r"reward", r"pass_rate", r"temperature", r"eval(_.*)?", r"lr",
                  r"grad_norm", r"tokens_per_s", r"time", r"zero_variance_frac", r"completion_len"]
@@ -69,12 +69,7 @@ def render_dump(stages: list[tuple[str, Series]]) -> str:
     for name, series, groups in grouped:
         out.append(f"<h3>All metrics: {e(name)}</h3>")
         out.append(summary_table(series))
-        plots, flat = [], []
-        for group, keys in groups:
-            drawn, rest = split_drawable(series, keys)
-            flat += rest
-            if drawn:
-                plots.append(plot_keys(series, drawn, title=group, alt=f"{name}: {group}"))
+        plots, flat = plot_groups(series, groups, name)
         out.append('<div class="plots">' + "".join(plots) + "</div>")
         if flat:  # their values are in the summary table above
             out.append(f'<p class="meta">Not drawn (constant, or every value within ±{TINY:g}; values in the table '

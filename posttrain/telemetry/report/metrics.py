@@ -73,6 +73,18 @@ def split_drawable(series: Series, keys: list[str]) -> tuple[list[str], list[tup
     return drawn, flat
 
 
+def plot_groups(series: Series, groups: list[tuple[str, list[str]]], stage: str) -> tuple[list[str], list]:
+    """One plot per group of drawable keys (titled by the group), and every key left out of them
+    (split_drawable's flat rows), for a stage's section."""
+    plots, flat = [], []
+    for title, keys in groups:
+        drawn, rest = split_drawable(series, keys)
+        flat += rest
+        if drawn:
+            plots.append(plot_keys(series, drawn, title=title, alt=f"{stage}: {title}"))
+    return plots, flat
+
+
 def values_table(flat: list[tuple[str, str, int]], caption: str) -> str:
     """The series split_drawable kept out of the plots, as a table."""
     if not flat:

@@ -5,26 +5,18 @@ as they are; bad specs are one line."""
 
 from __future__ import annotations
 
-import itertools
 import re
 
 import pytest
 
 from posttrain.core.errors import DataError
-from posttrain.engine.protocol import SamplingParams
-from posttrain.envs.oracle import OracleEngine
-from posttrain.envs.rollout import chat_format, rollout
 from posttrain.recipes.sft import load_sft_source
-from posttrain.tasks.episode_sft import episode_demos, episode_oracle, training_tasks
+from posttrain.tasks.episode_sft import episode_demos, training_tasks
 from posttrain.tasks.generated import HELD_OUT_SEED
+from tests.unit.tasks.oracle_play import oracle_rollout, spans
 from posttrain.tasks.registry import is_generated
 from posttrain.train.data import TokenRecord, from_records
 from posttrain.train.packing import IGNORE, tokenize_examples
-
-
-def spans(ids, mask):
-    """(masked, [ids]) runs of the sequence, in order."""
-    return [(k, [i for i, _ in g]) for k, g in itertools.groupby(zip(ids, mask), key=lambda x: x[1])]
 
 
 def timings_out(text: str) -> str:
@@ -44,14 +36,8 @@ def test_examples_are_the_rl_trajectories_with_loss_on_policy_turns_only(name, t
     if is_generated(name):
         assert all(t.metadata["seed"] < HELD_OUT_SEED for t in tasks)
     # RL's rollout of the same oracles, on its own (other episode seeds, as benchmarks/envs.py runs it)
-    fmt = chat_format(tiny_tokenizer, tasks, "hermes")
-    oracle = episode_oracle(name, "test")
-    script = {100 * (i + 1): oracle(t) for i, t in enumerate(tasks)}
-    engine = OracleEngine(tiny_tokenizer, fmt.parser, script)
-    groups = rollout(engine, tiny_tokenizer, tasks, [1] * len(tasks), SamplingParams(max_tokens=1 << 20),
-                     seeds=sorted(script), version=0, parser="hermes")
-    end = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
-    for record, (traj,), turns in zip(records, groups, script.values()):
+    turns_of, groups, end, parser = oracle_rollout(tiny_tokenizer, name, tasks)
+    for record, (traj,), turns in zip(records, groups, turns_of):
         runs = spans(record["input_ids"], record["loss_mask"])
         masked = [ids for k, ids in runs if k]
         context = [tiny_tokenizer.decode(ids, skip_special_tokens=False) for k, ids in runs if not k]
@@ -65,7 +51,7 @@ def test_examples_are_the_rl_trajectories_with_loss_on_policy_turns_only(name, t
             assert [timings_out(c) for c in rl_context] == [timings_out(c) for c in context]
             assert any(c != timings_out(c) for c in context)  # the seconds are there to leave out
         # the masked spans are exactly the oracle's turns in the model's format, each with its end token
-        want = [fmt.parser.format_calls(t.calls, t.content) if t.calls else t.content for t in turns]
+        want = [parser.format_calls(t.calls, t.content) if t.calls else t.content for t in turns]
         assert [tiny_tokenizer.decode(ids[:-1], skip_special_tokens=False) for ids in masked] == want
         assert all(ids[-1] == end for ids in masked)
         # the prompt and the tool results are context, never trained on
