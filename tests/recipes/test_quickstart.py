@@ -49,9 +49,9 @@ def test_make_demo_pipeline_gains_significantly_on_the_real_base(tmp_path):
     for domain in ("chain_sum", "basic_arithmetic"):  # both trained domains rise
         assert _delta(trained, domain)["delta"] > 0.0, _delta(trained, domain)
 
-    # the regression suite is scored for both models and its gate is reported either way
+    # the regression suite is scored for both models, its change tested like the gain
     general = json.loads((run_dir / "eval" / "general" / "compare.json").read_text())
-    assert _delta(general)["n"] == 500 and len(general["gates"]) == 1
+    assert _delta(general)["n"] == 500 and 0 <= _delta(general)["p_value"] <= 1
 
     # the report leads with the answer: the verdict names the trained suite's base -> RL change
     html = (run_dir / "report.html").read_text()
