@@ -29,10 +29,10 @@ if [ "$out" = "5" ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE";
 """
 
 
-def make_task(root, kind="pytest"):
+def make_task(root, kind="pytest", command_timeout=2.0):
     files = {
         "instruction.md": "Make add.py print the sum of its integer arguments.\n",
-        "task.toml": 'version = "1.0"\n[limits]\ncommand_timeout_sec = 2.0\nmax_output_bytes = 2000\n',
+        "task.toml": f'version = "1.0"\n[limits]\ncommand_timeout_sec = {command_timeout}\nmax_output_bytes = 2000\n',
         "environment/add.py": "import sys\nprint(len(sys.argv))\n",
         "solution/solve.sh": FIX + "\n",
         **({"tests/test_sum.py": TEST_SUM} if kind == "pytest" else {"tests/test.sh": TEST_SH}),

@@ -176,7 +176,7 @@ async def test_links_to_what_the_verifier_mounts_refuse_the_workspace(iso, tmp_p
 
 @aio
 async def test_the_tests_are_not_visible_during_the_episode(iso, tmp_path):
-    task = make_task(tmp_path, "pytest")
+    task = make_task(tmp_path, "pytest", command_timeout=30.0)  # `find /` took > 2 s on a loaded machine
     obs, _ = await episode(iso, task, ["ls /tests /work/tests /solution 2>&1; find / -name 'test_sum*' "
                                        "-not -path '/proc/*' 2>/dev/null; echo done"])
     assert "test_sum" not in obs[0].content and "done" in obs[0].content, obs[0].content
