@@ -44,7 +44,7 @@ from posttrain.telemetry.report.html import CSS, e, is_num
 from posttrain.telemetry.report.metrics import metric_series
 from posttrain.telemetry.report.sched import render_scheduler
 from posttrain.telemetry.report.suites import COMPARE_FILE, Suite, load_suite, read_json
-from posttrain.telemetry.report.verdict import parse_config, primary, render_verdict, stage_facts
+from posttrain.telemetry.report.verdict import parse_config, primary, render_verdict, stage_facts, suite_order
 from posttrain.verifiers.monitors import ALERTS_FILE, read_alerts
 
 REPORT_FILE = "report.html"
@@ -149,11 +149,12 @@ def render_stage(stage: Stage) -> str:
 
 def render_lead(run_dir: Path, stages: list[Stage], suites: list[Suite]) -> str:
     """The verdict, the stage table and example completions of the primary suite."""
-    main = primary(suites)
+    main = primary(suites, suite_order(run_dir))
     if main is None:
         return ""
     samples = suite_samples(main)
-    return (render_verdict(suites, stage_facts(run_dir, stages), completion_notes(samples, main))
+    ordered = [main] + [s for s in suites if s is not main]  # the verdict's primary() keeps the first on a tie
+    return (render_verdict(ordered, stage_facts(run_dir, stages), completion_notes(samples, main))
             + render_examples(main, samples))
 
 

@@ -4,7 +4,8 @@
     text = verdict_text(suites, facts)          # "rl raised held_out pass@1 from 0.15 (base) to 0.52 (...)"
     html = render_verdict(suites, facts, samples)
 
-The verdict names, for the primary suite (the one with the most models; the first on a tie), the
+The verdict names, for the primary suite (the one with the most models; on a tie the run's eval.best_by,
+then the first of its eval.suites), the
 first model's and the last model's overall score, the change in points with its paired test from
 compare.json (`span` for first -> last with 3+ models, else the one consecutive delta; never
 recomputed here), n, and the wall time of the stages after the first; then one clause per other
@@ -96,8 +97,20 @@ def main_metric(suite: Suite) -> str:
     return "pass@1" if "pass@1" in suite.metrics else suite.metrics[0]
 
 
-def primary(suites: list[Suite]) -> Suite | None:
-    return max(suites, key=lambda s: len(s.labels), default=None)  # max keeps the first on a tie
+def primary(suites: list[Suite], order: list[str] | None = None) -> Suite | None:
+    """The suite with the most models; on a tie the one named first in `order` (the run's eval.best_by, then
+    its eval.suites as written), else the first found."""
+    rank = {name: i for i, name in enumerate(reversed(order or []))}
+    return max(suites, key=lambda s: (len(s.labels), rank.get(s.name, -1)), default=None)
+
+
+def suite_order(run_dir: Path) -> list[str]:
+    """The run's eval.best_by, then its eval suites in the order its config.yaml writes them."""
+    from_config = parse_config((run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").is_file() else None)
+    ev = from_config.get("eval") if isinstance(from_config.get("eval"), dict) else {}
+    names = list(ev.get("suites") or {}) if isinstance(ev.get("suites"), dict) else []
+    best = [ev["best_by"]] if isinstance(ev.get("best_by"), str) else []
+    return best + [n for n in names if n not in best]
 
 
 def _test_text(d: dict[str, Any] | None) -> str:

@@ -129,3 +129,19 @@ def test_pipeline_records_each_stage_wall_time(tmp_path):
     timings = json.loads((run / "timings.json").read_text())
     assert report.is_file() and set(timings) == {"rl", "report"} and timings["rl"] == 510.0 and timings["report"] > 0
     assert "in 8.5 min" in report.read_text()  # the report read the rl entry written before it ran
+
+
+def test_the_primary_suite_on_a_tie_is_the_run_s_best_by_then_its_first_suite(tmp_path):
+    from types import SimpleNamespace
+
+    from posttrain.telemetry.report.verdict import primary, suite_order
+
+    general, trained = (SimpleNamespace(name=n, labels=["start", "rl"]) for n in ("general", "trained"))
+    (tmp_path / "config.yaml").write_text("eval:\n  suites:\n    trained: {}\n    general: {}\n")
+    assert suite_order(tmp_path) == ["trained", "general"]
+    assert primary([general, trained], suite_order(tmp_path)) is trained
+    (tmp_path / "config.yaml").write_text("eval:\n  best_by: general\n  suites:\n    trained: {}\n    general: {}\n")
+    assert primary([trained, general], suite_order(tmp_path)) is general
+    assert primary([general, trained]) is general  # no config: the first found
+    three = SimpleNamespace(name="other", labels=["base", "sft", "rl"])
+    assert primary([general, trained, three], ["trained"]) is three  # more models win over the order
