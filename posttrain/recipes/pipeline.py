@@ -21,7 +21,8 @@ model then every model-producing stage, so the first numbers are the starting mo
 suites of `eval.in_loop` (default: all) and their gates reach the sft / rl stages that define no
 suites of their own: evaluated before the first update and every `eval_every` steps. The
 eval stage fails the pipeline (GateError: non-zero exit, the gate named) when a gate fails for
-the last model against its baseline (the first model). The top-level `task_options` reach
+the last model against its baseline (the first model); a report stage after it still writes the
+report first. The top-level `task_options` reach
 every stage and suite that draws tasks.
 """
 
@@ -36,7 +37,7 @@ from rich.console import Console
 
 from posttrain.config.base import config_text, save_config
 from posttrain.config.pipeline import PipelineConfig
-from posttrain.core.errors import ConfigError
+from posttrain.core.errors import ConfigError, GateError
 from posttrain.core.fsio import write_text_atomic
 
 console = Console(stderr=True)
@@ -232,7 +233,13 @@ def run(cfg: PipelineConfig, resume: bool = False) -> Path:
     for stage in cfg.stages:
         console.rule(f"[bold cyan]{stage}")
         start = time.perf_counter()
-        STAGES[stage](cfg, resume)
+        try:
+            STAGES[stage](cfg, resume)
+        except GateError:  # the numbers are written: the report still shows them, then the pipeline fails
+            if "report" in cfg.stages[cfg.stages.index(stage) + 1:]:
+                console.print("[yellow]a gate failed: writing the report before stopping[/]")
+                STAGES["report"](cfg, resume)
+            raise
         timings[stage] = time.perf_counter() - start
         _record_timing(run_dir, stage, timings[stage])
         console.print(f"[dim]{stage} took {timings[stage]:.1f}s[/]")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from posttrain.config.base import save_config
 from posttrain.config.sft import SFTConfig
 from posttrain.recipes.pipeline import finished_with, mark_finished
@@ -26,3 +28,25 @@ def test_skip_only_when_config_and_input_model_match(tmp_path, tiny_model_dir):
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     assert not finished_with(cfg.out_dir, cfg)  # the input model is not the one it trained from
+
+
+def test_a_failed_gate_still_writes_the_report_then_fails_the_pipeline(tmp_path, monkeypatch):
+    from posttrain.config.pipeline import PipelineConfig
+    from posttrain.core.errors import GateError
+    from posttrain.recipes import pipeline
+
+    ran = []
+
+    def failing_eval(cfg, resume):
+        ran.append("eval")
+        raise GateError("gate failed: general/pass@1 max_drop 0.02")
+
+    monkeypatch.setitem(pipeline.STAGES, "eval", failing_eval)
+    monkeypatch.setitem(pipeline.STAGES, "report", lambda cfg, resume: ran.append("report"))
+    with pytest.raises(GateError, match="general/pass@1"):
+        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run"), stages=["eval", "report"]))
+    assert ran == ["eval", "report"]
+    ran.clear()
+    with pytest.raises(GateError):  # no report stage asked for: none written
+        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run2"), stages=["eval"]))
+    assert ran == ["eval"]
