@@ -36,6 +36,7 @@ def test_a_failed_gate_still_writes_the_report_then_fails_the_pipeline(tmp_path,
     from posttrain.recipes import pipeline
 
     ran = []
+    EVAL = {"models": ["/nowhere/model"], "suites": {"general": {"tasks": ["gcd:4"]}}}
 
     def failing_eval(cfg, resume):
         ran.append("eval")
@@ -44,9 +45,9 @@ def test_a_failed_gate_still_writes_the_report_then_fails_the_pipeline(tmp_path,
     monkeypatch.setitem(pipeline.STAGES, "eval", failing_eval)
     monkeypatch.setitem(pipeline.STAGES, "report", lambda cfg, resume: ran.append("report"))
     with pytest.raises(GateError, match="general/pass@1"):
-        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run"), stages=["eval", "report"]))
+        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run"), stages=["eval", "report"], eval=EVAL))
     assert ran == ["eval", "report"]
     ran.clear()
     with pytest.raises(GateError):  # no report stage asked for: none written
-        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run2"), stages=["eval"]))
+        pipeline.run(PipelineConfig(run_dir=str(tmp_path / "run2"), stages=["eval"], eval=EVAL))
     assert ran == ["eval"]
