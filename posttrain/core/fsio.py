@@ -26,6 +26,11 @@ from typing import IO, Iterator
 from posttrain.core.errors import CheckpointError, DataError, one_line
 
 
+def cache_root() -> Path:
+    """Where posttrain keeps fetched and generated data: $POSTTRAIN_CACHE, else ~/.cache/posttrain."""
+    return Path(os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain")
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, fsync: bool = True, perms: int | None = None) -> Iterator[Path]:
     """A hidden temp path beside `path` for the block to write; moved over `path` only once the block

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 from posttrain.core.errors import ConfigError, DataError, one_line
-from posttrain.core.fsio import replace_dir
+from posttrain.core.fsio import cache_root, replace_dir
 
 VERSION = "2026.3.23"
 REQUIREMENT = f"bfcl-eval=={VERSION}"
@@ -35,10 +35,6 @@ FETCH_COMMAND = "posttrain tasks fetch bfcl"
 # what is unpacked: the data files and the multi-turn classes' sources (read as text)
 KEEP = ("bfcl_eval/data/", "bfcl_eval/eval_checker/multi_turn_eval/func_source_code/")
 MARKER = ".complete"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain")
 
 
 def version_dir() -> Path:

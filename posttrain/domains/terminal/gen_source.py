@@ -20,11 +20,11 @@ solution/solve.sh the shipped tasks' way.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from posttrain.core.fsio import cache_root
 from posttrain.core.types import Task
 from posttrain.domains.terminal.generate import check_family, family_of, generate, write_task
 from posttrain.domains.terminal.source import terminal_task
@@ -35,7 +35,7 @@ NAME = "terminal_gen"
 
 
 def default_dir() -> Path:
-    return Path(os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain") / NAME
+    return cache_root() / NAME
 
 
 def terminal_gen_oracle(task: Task) -> list[OracleTurn]:
