@@ -144,6 +144,24 @@ class MonitorConfig(Strict):
     rollout_log: bool = True  # write RUN_DIR/rollouts/step_NNNNNN.jsonl (spot checks read them)
 
 
+class AnchorConfig(Strict):
+    """Rehearsal of the start model's own behaviour (rl/anchors.py): PPO-ptx with self-generated data.
+
+    At step 0 the start model answers `prompts` held-out prompts of the `tasks` domains greedily; each
+    step trains `per_step` of them (drawn by (seed, step)) with the fixed advantage `weight` beside the
+    RL groups, so the policy is pulled back wherever it drifted from the start model on prompts RL
+    never shows it (PPO's clip stops the pull once it is 1 + clip_high above the start model).
+    Pick domains that neither RL nor the regression suite uses: anchoring on a regression suite's
+    domains would make it measure training, not retention."""
+
+    tasks: list[str] = []  # eval-spec items, e.g. ["prime_factorization", "power_function:64"]; [] = off
+    prompts: int = Field(64, gt=0)  # per domain without its own count
+    per_step: int = Field(16, gt=0)  # anchor trajectories trained each step
+    weight: float = Field(0.5, gt=0)  # their fixed advantage (A of an RL token is ~ +-1)
+    seed: int = 2_000_000  # the anchor prompts' task seeds (apart from training's and eval's)
+    keep_truncated: bool = False  # also rehearse answers the start model did not finish
+
+
 class RLTrainConfig(Strict):
     steps: int = Field(100, gt=0)
     updates_per_step: int = Field(1, gt=0)  # optimizer updates per rollout batch (mini-batches)
@@ -170,6 +188,7 @@ class RLConfig(Strict):
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     scheduler: SchedulerConfig = SchedulerConfig()  # work items, lanes, value, tail (posttrain/rl/)
     buffer: BufferConfig = BufferConfig()
+    anchor: AnchorConfig = AnchorConfig()  # rehearsal of the start model's answers on other domains
     reward: RewardConfig = RewardConfig()
     optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant")
     train: RLTrainConfig = RLTrainConfig()
@@ -202,6 +221,10 @@ class RLConfig(Strict):
             raise ValueError(f"cluster.world_size={ws} does not divide rollout.prompts_per_step={want}: "
                              f"each trainer rank takes whole groups")
         names = [d.name for d in self.tasks]
+        anchored = sorted({i.split(":")[0] for i in self.anchor.tasks} & set(names))
+        if anchored:
+            raise ValueError(f"anchor.tasks: {anchored[0]!r} is also a training domain; anchor on domains RL "
+                             f"does not train")
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"tasks: domain {dup[0]!r} appears more than once")

@@ -124,6 +124,9 @@ class Group:
     raw: tuple[float | None, ...]  # [n] raw task score per trajectory (None: no verifier could judge it)
     replayed: int = 0
     policy_version: int = 0  # the version the fresh trajectories were sampled with
+    # rehearsal of the start model's own answers (rl/anchors.py): each trajectory is trained with its
+    # `reward` as a fixed advantage, not a group-relative one
+    anchor: bool = False
 
     @property
     def has_signal(self) -> bool:

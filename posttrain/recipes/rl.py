@@ -54,6 +54,7 @@ from posttrain.eval.in_loop import SuiteEvals
 from posttrain.eval.run import stop_ids
 from posttrain.recipes.rl_audit import Auditor
 from posttrain.recipes.rl_metrics import BadSteps, Threads, domain_metrics, staleness_metrics, step_record
+from posttrain.rl.anchors import Anchors
 from posttrain.rl.buffer import ReplayBuffer
 from posttrain.rl.collect import Collector
 from posttrain.rl.plan import Planner, make_curricula
@@ -95,6 +96,7 @@ class Run:
     deadline: float | None  # train.max_seconds as a perf_counter time
     build: dict  # what building the tasks cost (logged at step 0)
     device: Any
+    anchors: Anchors | None = None  # the start model's answers rehearsed each step (rl/anchors.py)
     step: int = 0
     prefetched: StepBatch | None = None  # asynchronous RL: the next step's batch, rolled out, not trained
 
@@ -141,10 +143,10 @@ def _step(r: Run, bar) -> bool | Path:
         r.threads.for_phase("update", index)
         if cfg.scheduler.max_staleness > 0 and version < t.steps and not r.out_of_time():
             rollout = r.collector.collecting(r.planner.plan(version), r.temperature(version))  # by these weights
-            r.prefetched, trained = r.sync.overlapped(lambda: r.trainer.train_step(batch.kept, index),
+            r.prefetched, trained = r.sync.overlapped(lambda: r.trainer.train_step(_trained(r, batch, index), index),
                                                       r.trainer.engine_weights, version, rollout)
         else:
-            trained = r.trainer.train_step(batch.kept, index)
+            trained = r.trainer.train_step(_trained(r, batch, index), index)
             weights = r.trainer.engine_weights()
             with timer("sync"):
                 r.sync.push(weights, version)
@@ -178,6 +180,12 @@ def _step(r: Run, bar) -> bool | Path:
     if out_of_time:
         console.print(f"rl: stopping at step {r.step}: train.max_seconds={t.max_seconds} reached")
     return out_of_time
+
+
+def _trained(r: Run, batch: StepBatch, index: int) -> list:
+    """The groups step `index` trains: the batch's, plus its anchors when it has any group to train."""
+    kept = list(batch.kept)
+    return kept + r.anchors.for_step(index) if kept and r.anchors is not None else kept
 
 
 def _build(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Run:
@@ -234,7 +242,12 @@ def _build(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Run:
     collector = Collector(ctx, planner)
     sync = WeightSync(ctx, collector, make_transport(cfg.cluster.weight_sync, out_dir), cfg.cluster.weight_sync.pause)
     stack.callback(sync.close)
-    prefetched = None
+    prefetched, anchors = None, None
+    if cfg.anchor.tasks:  # before any update: the engine holds the start weights
+        anchors = (Anchors.load(out_dir, cfg.anchor, t.seed) if resuming else
+                   Anchors.build(cfg.anchor, engine, tokenizer, stop_ids(tokenizer), cfg.rollout.max_tokens, t.seed,
+                                 out_dir))
+        build.update(anchors.summary())
     if resuming:
         sync.load(trainer.engine_weights(), step)
         console.print(f"resuming from {ckpt} (step {step})")
@@ -246,7 +259,7 @@ def _build(cfg: RLConfig, resume: bool, stack: contextlib.ExitStack) -> Run:
                            resume_from_step=step)
     deadline = None if t.max_seconds is None else time.perf_counter() + t.max_seconds
     return Run(cfg, out_dir, tokenizer, trainer, engine, mixture, eval_sets, buffer, ctx, planner, collector, sync,
-               auditor, suites, logger, threads, bad, ref_id, deadline, build, device, step, prefetched)
+               auditor, suites, logger, threads, bad, ref_id, deadline, build, device, anchors, step, prefetched)
 
 
 def _checkpoint(r: Run) -> None:

@@ -24,7 +24,9 @@ this process, in a remote trainer actor or under torch.distributed, since nothin
    stored: PPO's clip against their stored logprobs, as for exact replays), are trained exactly
    as without the correction;
 3. KL folded into the reward first when `algo.kl_in == "reward"`;
-4. advantages by the configured estimator over each group's shaped rewards;
+4. advantages by the configured estimator over each group's shaped rewards; an anchor group's
+   trajectories (`Group.anchor`: the start model's answers rehearsed, rl/anchors.py) take their
+   `reward` as a fixed advantage instead, and count as replayed (no sampler/trainer gap measured);
 5. `updates_per_step` AdamW updates (train/rl_update.py).
 Returns the update's metrics plus `time/logprobs` and `time/update`.
 """
@@ -73,7 +75,7 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
     a = cfg.algo
     trajs = [(i, j, t) for i, g in enumerate(groups) for j, t in enumerate(g.trajectories) if t.reward is not None]
     base = [Sample(t.token_ids, t.loss_mask, t.logprobs, 0.0, n, temperature=t.sampling.logprob_temperature,
-                   fresh=j >= groups[i].replayed)
+                   fresh=j >= groups[i].replayed and not groups[i].anchor)
             for n, (i, j, t) in enumerate(trajs)]
     lp = dict(max_tokens_per_microbatch=cfg.train.max_tokens_per_microbatch, pad_id=pad_id)
     ref_lp = logprobs(ref, base, **lp) if ref is not None else None
@@ -90,12 +92,17 @@ def build_samples(groups: Sequence[Group], policy, ref, cfg: RLConfig, pad_id: i
     else:
         recompute = sorted(inexact) if correct and cfg.train.updates_per_step > 1 else []
     old_lp = dict(zip(recompute, logprobs(policy, [base[n] for n in recompute], **lp))) if recompute else {}
-    rewards = [[t.reward for t in g.trajectories] for g in groups]
+    rewards = [[None if g.anchor else t.reward for t in g.trajectories] for g in groups]
     if ref_lp is not None and a.kl_in == "reward":  # KL penalty folded into each sequence's reward
         for n, (i, j, t) in enumerate(trajs):
+            if groups[i].anchor:
+                continue
             kl = kl_estimate(torch.tensor(t.logprobs), torch.tensor(ref_lp[n]), a.kl_estimator)
             rewards[i][j] = t.reward - a.kl_coef * float((kl * torch.tensor(t.loss_mask)).sum())
     adv = advantages_for(rewards, a.advantage)
+    for i, g in enumerate(groups):
+        if g.anchor:
+            adv[i] = [t.reward for t in g.trajectories]
     samples = []
     for n, (i, j, t) in enumerate(trajs):
         old = old_lp.get(n, t.logprobs)
