@@ -16,8 +16,9 @@ held-out eval seeds, default 6 domains x 16 = 96 tasks), each scored by its own 
 - ours: `posttrain.eval.evaluate.evaluate_tasks`, the code path of `posttrain eval` (harness.py `run`): the engine
   from `harness.build_engine` (`ENGINES["paged"]`, dtype auto, max_num_seqs = --batch-size, plus the engine
   option `weights` = each of --weights; the default `exact` is what `posttrain eval` runs, EvalConfig having no
-  engine_options), the single-turn environment (chat template, token-in token-out), chunks of
-  4 x batch-size tasks, the verifiers on a thread pool. One row per --weights; the result line uses the first.
+  engine_options; eval/run.py also has it draft (ngram, verified exactly) whenever no request waits for a
+  batch slot: the drafts fed and accepted are in the JSON), the single-turn environment (chat template,
+  token-in token-out), chunks of 4 x batch-size tasks, the verifiers on a thread pool. One row per --weights; the result line uses the first.
 - HF generate: `generate` here (`ENGINES["hf"]`, the HF transformers engine) on an fp32 `AutoModelForCausalLM` on the same device,
   prompts rendered exactly as envs/single_turn.py renders them (chat template, add_generation_prompt, no
   special tokens added; checked token for token), batches of --batch-size sequences, greedy, the same max new tokens (min of --max-tokens and each task's limit) and stop ids
@@ -80,20 +81,23 @@ def max_new(task, max_tokens: int) -> int:
 
 
 def run_ours(engine, tokenizer, tasks, args, stops) -> dict:
-    """`posttrain eval`'s evaluate_tasks call (harness.run), timed; engine.generate timed inside it."""
+    """`posttrain eval`'s evaluate_tasks call (harness.run), timed; the engine's steps timed inside it
+    (the eval path submits requests through engine/client.py and steps the engine, no `generate`)."""
     from posttrain.eval.evaluate import evaluate_tasks
     from posttrain.telemetry.progress import progress_bar
 
-    generate, spent = engine.generate, [0.0]
+    step, spent = engine.step, [0.0]
+    counts = getattr(engine.propose, "stats", None)  # speculative drafts (spec.py), counted over this run
+    before = counts() if counts else None
 
-    def timed(prompts, params):
+    def timed():
         started = time.perf_counter()
         try:
-            return generate(prompts, params)
+            return step()
         finally:
             spent[0] += time.perf_counter() - started
 
-    engine.generate = timed
+    engine.step = timed
     try:
         with progress_bar(len(tasks), f"ours ({engine.weights})", enabled=True) as bar:
             started = time.perf_counter()
@@ -102,10 +106,14 @@ def run_ours(engine, tokenizer, tasks, args, stops) -> dict:
                                     tasks_per_call=max(1, 4 * args.batch_size), on_progress=bar.update)
             seconds = time.perf_counter() - started
     finally:
-        engine.generate = generate
+        engine.step = step
+    after = counts() if counts else None
+    drafts = None if after is None else {"proposed": after.proposed - before.proposed,
+                                         "accepted": after.accepted - before.accepted}
     return {"seconds": seconds, "generate_s": spent[0], "domains": result.domains, "overall": result.overall,
             "texts": [r.completion for r in result.records], "tokens": sum(r.num_tokens for r in result.records),
-            "lengths": [r.num_tokens for r in result.records], "finish": [r.finish_reason for r in result.records]}
+            "lengths": [r.num_tokens for r in result.records], "finish": [r.finish_reason for r in result.records],
+            "drafts": drafts}
 
 
 def generate(model, tokenizer, texts: list[str], *, max_new_tokens: int, eos_token_ids, sequences_per_batch: int = 64,
@@ -295,7 +303,8 @@ def measure(args, weights: list[str]) -> dict:
            "batch_size": args.batch_size, "rounds": args.rounds, "load_average": [load_start[0], end[0]],
            "hf": {**side(hf, hf_load), "all_eval_s": [r["seconds"] for r in hf_runs]},
            "ours": {w: {**side(ours[w], loads[w]), "weights": engines[w].weights, "dtype": str(engines[w].dtype),
-                        "all_eval_s": [r["seconds"] for r in ours_runs[w]]} for w in weights}}
+                        "drafts": ours[w]["drafts"], "all_eval_s": [r["seconds"] for r in ours_runs[w]]}
+                    for w in weights}}
     out["ratio"] = rate(ours[weights[0]]) / rate(hf)
     out["ratios"] = {w: rate(ours[w]) / rate(hf) for w in weights}
     return out

@@ -70,7 +70,10 @@ def stop_ids(tokenizer, model=None) -> list[int]:
 
 
 def build_engine(cfg: EvalConfig, tokenizer):
-    """`ENGINES[cfg.engine]` on cfg.model, with the options rl.py gives it (dtype, device, batch limit)."""
+    """`ENGINES[cfg.engine]` on cfg.model, with the options rl.py gives it (dtype, device, batch limit).
+    The paged engine drafts (ngram, verified exactly: the same tokens) whenever no request waits for a
+    batch slot, not only in the last few sequences as in RL: an eval's tail is many sequences running to
+    max_new_tokens, mostly repeating themselves, and drafts cut its steps (benchmarks/eval_throughput.py)."""
     from posttrain.engine.registry import ENGINES
     from posttrain.core.hf import pick_device
 
@@ -80,7 +83,7 @@ def build_engine(cfg: EvalConfig, tokenizer):
     if cfg.engine == "hf":
         options["max_batch_sequences"] = cfg.batch_size
     elif cfg.engine == "paged":
-        options["max_num_seqs"] = cfg.batch_size
+        options.update(max_num_seqs=cfg.batch_size, speculative_max_running=cfg.batch_size)
     else:  # remote / vllm take their own options only
         options = {}
     return ENGINES[cfg.engine](cfg.model, tokenizer, **{**options, **cfg.engine_options})
