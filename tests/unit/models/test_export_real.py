@@ -12,7 +12,7 @@ import torch
 
 from posttrain.models.export import export_gguf
 
-SMOL = Path("/work/main/.cache/posttrain/models/smollm2-135m-instruct")
+SMOL = Path(__file__).resolve().parents[3] / ".cache/posttrain/models/smollm2-135m-instruct"
 QUESTIONS = ["What is 2+3?", "Name a color of the sky.", "Write a haiku about the sea."]
 NEW_TOKENS = 20
 
