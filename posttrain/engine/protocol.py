@@ -111,6 +111,15 @@ def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParam
             raise ValueError(f"generate: prompt {i} is empty")
 
 
+def hits_stop_string(tokenizer: Any, ids: Sequence[int], stop: Sequence[str]) -> bool:
+    """Whether the decoded tail of `ids` contains one of `stop`. Every token decodes to >= 1 byte,
+    so a stop string the newest token completes starts within its last len(bytes) tokens: only
+    that window (doubled, for slack) is decoded."""
+    window = 2 * max(len(s.encode()) for s in stop) + 4
+    text = tokenizer.decode(list(ids[-window:]), skip_special_tokens=False)
+    return any(s in text for s in stop)
+
+
 _SEED_RANGE = 2**63 - 1  # drawn seeds are in [0, 2**63 - 1): any engine or server takes them
 
 

@@ -18,4 +18,5 @@ ENGINES = Registry("engine", {
     "paged": "posttrain.engine.paged.factory:make_engine",  # the built-in engine
     "remote": "posttrain.engine.remote:make_engine",  # any OpenAI-compatible endpoint
     "vllm": "posttrain.engine.vllm:make_engine",  # optional extra, GPUs
+    "llamacpp": "posttrain.engine.llamacpp:make_engine",  # optional (llama-cpp-python), CPU serving
 }, error=ConfigError)

@@ -35,7 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from posttrain.core.errors import ConfigError, ModelLoadError
-from posttrain.engine.protocol import Completion, SamplingParams, StepOutput, check_batch, request_seed, sample_next
+from posttrain.engine.protocol import (Completion, SamplingParams, StepOutput, check_batch, hits_stop_string,
+                                       request_seed, sample_next)
 from posttrain.engine.paged import quant
 from posttrain.engine.paged.attention import prepare_inputs
 from posttrain.engine.paged.cache import BlockAllocator, KVCache
@@ -301,7 +302,7 @@ class PagedEngine:
         p = seq.params
         if token in p.stop_token_ids:
             return "stop"
-        if p.stop and _hits_stop_string(self.tokenizer, seq.output_ids, p.stop):
+        if p.stop and hits_stop_string(self.tokenizer, seq.output_ids, p.stop):
             return "stop"
         if seq.num_output_tokens >= p.max_tokens or len(seq.tokens) >= self.max_model_len:
             return "length"
@@ -373,10 +374,6 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (() if value is None else (int(value),))
 
 
-def _hits_stop_string(tokenizer, ids: list[int], stop: Sequence[str]) -> bool:
-    window = 2 * max(len(s.encode()) for s in stop) + 4  # every token decodes to >= 1 byte
-    text = tokenizer.decode(ids[-window:], skip_special_tokens=False)
-    return any(s in text for s in stop)
 
 
 def build_engine(model_or_path: Any, tokenizer=None, **options: Any) -> PagedEngine:

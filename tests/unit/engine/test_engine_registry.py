@@ -6,7 +6,7 @@ from posttrain.engine.registry import ENGINES
 
 
 def test_every_engine_name_resolves_to_a_make_engine():
-    assert sorted(ENGINES) == ["hf", "paged", "remote", "vllm"]
+    assert sorted(ENGINES) == ["hf", "llamacpp", "paged", "remote", "vllm"]
     for name in ENGINES:
         factory = ENGINES[name]
         assert callable(factory) and factory.__name__ == "make_engine", name
