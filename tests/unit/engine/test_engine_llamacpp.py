@@ -130,3 +130,46 @@ def test_served_behind_the_openai_server(engine, tiny_tokenizer, sharp_dir):
         r = httpx.post(f"{url}/update_weights_from_disk", json={"model_path": str(sharp_dir)}, timeout=60)
         assert r.status_code == 400 and "fixed GGUF" in r.json()["error"]["message"]
         assert len(c.completions.create(model="tiny", prompt="x", max_tokens=2, temperature=0).choices[0].token_ids) == 2
+
+
+def test_posttrain_serve_engine_llamacpp_in_its_own_process(sharp_dir, tmp_path):
+    """`posttrain serve --engine llamacpp --mode fast` exports a q8_0 GGUF beside the model once and
+    answers chat requests; --mode standard serves an f32 one."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from posttrain.engine.server import app as server
+
+    assert server.LLAMACPP_MODES == {"fast": {"dtype": "q8_0"}, "standard": {"dtype": "f32"}}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    q8 = sharp_dir.with_name(f"{sharp_dir.name}-q8_0.gguf")
+    q8.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", "--model", str(sharp_dir), "--port",
+                             str(port), "--engine", "llamacpp", "--mode", "fast", "--model-name", "tiny"])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve did not come up"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        chat = client(f"http://127.0.0.1:{port}").chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Calculate 1 + 2."}], max_tokens=4, temperature=0,
+            extra_body={"ignore_eos": True})
+        assert len(chat.choices[0].token_ids) == 4 and chat.choices[0].finish_reason == "length"
+        assert q8.is_file()
+        import gguf
+
+        types = {t.tensor_type.name for t in gguf.GGUFReader(str(q8)).tensors}
+        assert "Q8_0" in types
+    finally:
+        proc.terminate()
+        proc.wait(30)
