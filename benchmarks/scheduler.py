@@ -288,7 +288,7 @@ def run_ours(engine, tok, clock, args, stop_ids, out_dir: Path) -> dict:
         "tasks": [{"name": "short", "weight": args.short}, {"name": "long", "weight": args.long}],
         "rollout": {"prompts_per_step": args.short + args.long, "samples_per_prompt": args.samples,
                     "max_tokens": max(args.short_tokens, args.long_tokens)},
-        "scheduler": {"close": "enough", "over_provision": 1.5, "max_staleness": args.max_staleness,
+        "scheduler": {"close": "enough", "over_provision": args.over_provision, "max_staleness": args.max_staleness,
                       "lanes": {"long_share": 0.25}},
         "dynamic_sampling": {"max_attempts": args.max_attempts},
         "buffer": {"enabled": False}, "reward": {"verify_workers": 2},
@@ -338,6 +338,7 @@ def main() -> None:
     p.add_argument("--long-tokens", type=int, default=64, help="a long episode's turn at most")
     p.add_argument("--max-staleness", type=int, default=4, help="versions a carried-over item may age")
     p.add_argument("--max-attempts", type=int, default=3, help="ours: draw rounds a step (dynamic_sampling)")
+    p.add_argument("--over-provision", type=float, default=1.5, help="ours: groups started per group a step needs")
     p.add_argument("--hidden", type=int, default=64, help="the random model's width (64: make_tiny_model's own)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch threads")
