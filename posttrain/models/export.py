@@ -25,6 +25,7 @@ dtype) is one ModelLoadError / ConfigError line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -318,3 +319,25 @@ def export_gguf(model: str | os.PathLike, out: str | os.PathLike | None = None, 
         types[p.qtype] = types.get(p.qtype, 0) + 1
     return Exported(out=out, architecture=arch, dtype=dtype, parameters=sum(int(np.prod(p.shape)) for p in planned),
                     size_bytes=out.stat().st_size, tensor_types=types, warnings=tuple(warnings))
+
+
+def gguf_for(model_dir: str | os.PathLike, dtype: str) -> Path:
+    """A GGUF file of the HF model at `model_dir` in `dtype`, for serving it through llama.cpp: the file
+    `posttrain export` would write beside the directory when it is there and newer than every weight
+    file, else exported now (there, or under the temp dir when the directory's parent is not writable)."""
+    import tempfile
+
+    model_dir = Path(model_dir)
+    weights = [p.stat().st_mtime for p in model_dir.glob("*.safetensors")] or [0.0]
+    resolved = model_dir.resolve()
+    candidates = [default_out(model_dir, dtype), Path(tempfile.gettempdir()) / "posttrain-gguf" /
+                  f"{resolved.name}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:12]}-{dtype}.gguf"]
+    for out in candidates:
+        if out.is_file() and out.stat().st_mtime >= max(weights):
+            return out
+    try:
+        return export_gguf(model_dir, candidates[0], dtype=dtype, force=True).out
+    except ModelLoadError as exc:
+        if "cannot write" not in str(exc):
+            raise
+    return export_gguf(model_dir, candidates[1], dtype=dtype, force=True).out

@@ -20,7 +20,8 @@ from tests.unit.engine.test_server import client, running
 
 pytest.importorskip("llama_cpp")
 
-from posttrain.engine.llamacpp import gguf_for, make_engine  # noqa: E402
+from posttrain.engine.llamacpp import make_engine  # noqa: E402
+from posttrain.models.export import gguf_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def sharp_dir(sharp_model, tiny_tokenizer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(sharp_dir, tiny_tokenizer):
-    return make_engine(sharp_dir, tiny_tokenizer, dtype="f32", n_ctx=256, n_threads=1)
+    return make_engine(sharp_dir, tiny_tokenizer, gguf=gguf_for(sharp_dir, "f32"), n_ctx=256, n_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_a_shared_prefix_reuses_the_cache_without_changing_outputs(engine, sharp
     longer = list(prompts[1]) + list(first.token_ids[:5]) + list(prompts[0])
     warm = engine.generate([longer], [greedy])[0]
     assert engine.llm.n_tokens == len(longer) + 9  # the prompt and every output but the last are in the KV
-    fresh = make_engine(sharp_dir, tiny_tokenizer, dtype="f32", n_ctx=256, n_threads=1)
+    fresh = make_engine(gguf_for(sharp_dir, "f32"), tiny_tokenizer, n_ctx=256, n_threads=1)
     assert same(fresh.generate([longer], [greedy])[0], warm)
 
 
@@ -105,6 +106,8 @@ def test_bad_input_gets_one_clear_error(engine, sharp_dir, tmp_path):
         engine.update_weights({}, 1)
     with pytest.raises(ConfigError, match="neither a .gguf file nor an HF model directory"):
         make_engine(tmp_path / "nothing")
+    with pytest.raises(ConfigError, match="is an HF model directory; export it first"):
+        make_engine(sharp_dir)
     assert not engine.has_unfinished()  # a refused request leaves nothing queued
     # the export is reused while it is newer than the weights
     path = gguf_for(sharp_dir, "f32")
