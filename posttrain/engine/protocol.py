@@ -111,6 +111,22 @@ def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParam
             raise ValueError(f"generate: prompt {i} is empty")
 
 
+def check_request(prompt: Sequence[int], params: SamplingParams, *, vocab_size: int, max_model_len: int,
+                  has_tokenizer: bool, where: str, name: str = "the prompt") -> None:
+    """The per-request checks of an engine that holds its own context: a non-empty prompt of token ids in
+    the vocabulary, room for at least one new token, and a tokenizer when stop strings are asked for
+    (errors name `where` and `name`)."""
+    if not prompt:
+        raise ValueError(f"{where}: {name} is empty")
+    if min(prompt) < 0 or max(prompt) >= vocab_size:
+        raise ValueError(f"{where}: {name} has a token id outside the vocabulary [0, {vocab_size})")
+    if len(prompt) >= max_model_len:
+        raise ValueError(f"{where}: {name} has {len(prompt)} tokens but the context limit max_model_len is "
+                         f"{max_model_len} (the prompt and at least one new token must fit)")
+    if params.stop and not has_tokenizer:
+        raise ValueError(f"{where}: stop strings need a tokenizer; the engine was built without one")
+
+
 def hits_stop_string(tokenizer: Any, ids: Sequence[int], stop: Sequence[str]) -> bool:
     """Whether the decoded tail of `ids` contains one of `stop`. Every token decodes to >= 1 byte,
     so a stop string the newest token completes starts within its last len(bytes) tokens: only

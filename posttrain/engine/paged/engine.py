@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from posttrain.core.errors import ConfigError, ModelLoadError
-from posttrain.engine.protocol import (Completion, SamplingParams, StepOutput, check_batch, hits_stop_string,
-                                       request_seed, sample_next)
+from posttrain.engine.protocol import (Completion, SamplingParams, StepOutput, check_batch, check_request,
+                                       hits_stop_string, request_seed, sample_next)
 from posttrain.engine.paged import quant
 from posttrain.engine.paged.attention import prepare_inputs
 from posttrain.engine.paged.cache import BlockAllocator, KVCache
@@ -186,15 +186,8 @@ class PagedEngine:
     def _check(self, prompt: list[int], params: SamplingParams, where: str, name: str = "the prompt") -> None:
         """The per-request checks, made once per request where it enters: in `add_request`, or in
         `generate` for its whole batch before any request is queued (errors name it `name`)."""
-        if not prompt:
-            raise ValueError(f"{where}: {name} is empty")
-        if min(prompt) < 0 or max(prompt) >= self.spec.vocab_size:
-            raise ValueError(f"{where}: {name} has a token id outside the vocabulary [0, {self.spec.vocab_size})")
-        if len(prompt) >= self.max_model_len:
-            raise ValueError(f"{where}: {name} has {len(prompt)} tokens but the context limit max_model_len is "
-                             f"{self.max_model_len} (the prompt and at least one new token must fit)")
-        if params.stop and self.tokenizer is None:
-            raise ValueError(f"{where}: stop strings need a tokenizer; the engine was built without one")
+        check_request(prompt, params, vocab_size=self.spec.vocab_size, max_model_len=self.max_model_len,
+                      has_tokenizer=self.tokenizer is not None, where=where, name=name)
 
     # ---- one step: schedule, run the model, post-process ----
 

@@ -16,7 +16,7 @@ from posttrain.core.errors import ConfigError
 from posttrain.engine import HFEngine, SamplingParams
 from posttrain.engine.server.app import build_app
 from tests.unit.engine.engine_checks import chi_square, chi_square_999, logprob_error, same
-from tests.unit.engine.test_server import client, running
+from tests.unit.engine.test_server import client, posttrain_serve, running
 
 pytest.importorskip("llama_cpp")
 
@@ -135,36 +135,17 @@ def test_served_behind_the_openai_server(engine, tiny_tokenizer, sharp_dir):
         assert len(c.completions.create(model="tiny", prompt="x", max_tokens=2, temperature=0).choices[0].token_ids) == 2
 
 
-def test_posttrain_serve_engine_llamacpp_in_its_own_process(sharp_dir, tmp_path):
+def test_posttrain_serve_engine_llamacpp_in_its_own_process(sharp_dir):
     """`posttrain serve --engine llamacpp --mode fast` exports a q8_0 GGUF beside the model once and
-    answers chat requests; --mode standard serves an f32 one."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
+    answers chat requests (standard would serve an f32 one: the LLAMACPP_MODES table)."""
     from posttrain.engine.server import app as server
 
     assert server.LLAMACPP_MODES == {"fast": {"dtype": "q8_0"}, "standard": {"dtype": "f32"}}
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     q8 = sharp_dir.with_name(f"{sharp_dir.name}-q8_0.gguf")
     q8.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", "--model", str(sharp_dir), "--port",
-                             str(port), "--engine", "llamacpp", "--mode", "fast", "--model-name", "tiny"])
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve did not come up"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        chat = client(f"http://127.0.0.1:{port}").chat.completions.create(
+    with posttrain_serve("--model", str(sharp_dir), "--engine", "llamacpp", "--mode", "fast",
+                         "--model-name", "tiny") as url:
+        chat = client(url).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "Calculate 1 + 2."}], max_tokens=4, temperature=0,
             extra_body={"ignore_eos": True})
         assert len(chat.choices[0].token_ids) == 4 and chat.choices[0].finish_reason == "length"
@@ -173,6 +154,3 @@ def test_posttrain_serve_engine_llamacpp_in_its_own_process(sharp_dir, tmp_path)
 
         types = {t.tensor_type.name for t in gguf.GGUFReader(str(q8)).tensors}
         assert "Q8_0" in types
-    finally:
-        proc.terminate()
-        proc.wait(30)

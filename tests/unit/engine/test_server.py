@@ -420,11 +420,18 @@ def test_serve_runs_a_model_directory(tiny_model_dir):
 
     with pytest.raises(ConfigError, match="engine 'nope' is not available"):
         serve(tiny_model_dir, engine="nope")
+    with posttrain_serve("--model", tiny_model_dir, "--engine", "paged", "--model-name", "tiny") as url:
+        r = client(url).completions.create(model="tiny", prompt="x", max_tokens=3, temperature=0)
+        assert len(r.choices[0].token_ids) <= 3 and r.usage.prompt_tokens == 1
+
+
+@contextmanager
+def posttrain_serve(*args: str):
+    """`posttrain serve ARGS --port P` in its own process; yields its URL once /health answers."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", "--model", tiny_model_dir, "--port",
-                             str(port), "--engine", "paged", "--model-name", "tiny"])
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "serve", *args, "--port", str(port)])
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -434,9 +441,7 @@ def test_serve_runs_a_model_directory(tiny_model_dir):
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
-        r = client(f"http://127.0.0.1:{port}").completions.create(model="tiny", prompt="x", max_tokens=3,
-                                                                  temperature=0)
-        assert len(r.choices[0].token_ids) <= 3 and r.usage.prompt_tokens == 1
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(30)
