@@ -1,12 +1,14 @@
 """Batch-1 interactive decoding: `posttrain serve` (paged and llamacpp engines) vs HF `generate` vs llama.cpp.
 
     .venv/bin/python benchmarks/serve_vs_llamacpp.py [--model DIR] [--gguf F32=PATH --gguf Q8_0=PATH]
-        [--prompt-tokens 32] [--new-tokens 128] [--runs 5] [--threads N]
+        [--prompt-tokens 32] [--new-tokens 128] [--runs 3] [--rounds 3] [--threads N]
 
 Model: SmolLM2-135M-Instruct (default: .cache/posttrain/models/smollm2-135m-instruct, as `posttrain models
 get` writes it). Every side gets the same prompt token ids (a chat prompt's first `--prompt-tokens` ids),
 greedy, EOS suppressed, `--new-tokens` new tokens, batch 1; tokens/s = new tokens / wall time of the whole
-request (prefill included), median of `--runs` after a warm-up. Rows:
+request (prefill included), median of `--runs` after a warm-up; every row runs once per round, the rows
+alternating, and its figure is the median over `--rounds` (this machine class drifts 10-20% between
+minutes, so rows measured at different times only compare within a round's spread). Rows:
 - `posttrain serve` as a user starts it (its own process), over HTTP on 127.0.0.1 (one /v1/completions
   request at a time, `ignore_eos`): the
   paged engine with `--mode standard` (exact fp32 weights, no drafts) and `--mode fast` (int8 weight-only
@@ -190,7 +192,9 @@ def main() -> None:
     ap.add_argument("--gguf", action="append", default=[], help="NAME=PATH of a GGUF of the same model (repeatable)")
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="requests timed per row and round (median)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="every row runs once a round, rows alternating; a row's figure is its median over rounds")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="threads of the in-process rows (HF, llama.cpp); `posttrain serve` uses all CPUs")
     ap.add_argument("--row", help=argparse.SUPPRESS)  # internal: measure one row in this process
@@ -212,7 +216,7 @@ def main() -> None:
         print("ROW " + json.dumps({"rate": rate, "tokens": tokens}), flush=True)
         return
     print(f"model {Path(args.model).name}; prompt {len(prompt)} tokens, {n} new, greedy, EOS suppressed, batch 1, "
-          f"median of {args.runs}; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+          f"median of {args.runs} a row, median over {args.rounds} alternating rounds; {args.threads} threads; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
           f"each row in its own process", flush=True)
     try:
         import llama_cpp  # noqa: F401
@@ -230,10 +234,16 @@ def main() -> None:
                  for name, path in gguf_files(args.model, args.gguf, print).items()}
     argv = ["--model", args.model, "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(n),
             "--runs", str(args.runs), "--threads", str(args.threads)]
-    rates, outs = {}, {}
-    for key, row in rows.items():
-        rates[key], outs[key] = in_own_process(argv, row)
-        print(f"[{key}] {rates[key]:,.1f} tok/s", flush=True)
+    per_round: dict[str, list[float]] = {key: [] for key in rows}
+    outs = {}
+    for r in range(args.rounds):
+        for key, row in rows.items():
+            rate, outs[key] = in_own_process(argv, row)
+            per_round[key].append(rate)
+            print(f"round {r + 1}/{args.rounds} [{key}] {rate:,.1f} tok/s", flush=True)
+    rates = {key: statistics.median(v) for key, v in per_round.items()}
+    for key, rate in rates.items():
+        print(f"[{key}] {rate:,.1f} tok/s (median of rounds: {', '.join(f'{v:.1f}' for v in per_round[key])})")
     ref = outs["serve paged standard"]
     for key, rate in rates.items():
         same = next((i for i, (a, b) in enumerate(zip(outs[key], ref)) if a != b), min(len(outs[key]), len(ref)))
