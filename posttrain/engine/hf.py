@@ -40,7 +40,6 @@ def _new_cache(model):
         return DynamicCache()
 
 
-
 class HFEngine:
     """Implements `Engine` on an HF causal LM object it owns."""
 
@@ -219,7 +218,6 @@ class HFEngine:
             logits = self._forward(new[:, None], mask, next_position[:, None], cache)
             next_position += 1
         return [Completion(tuple(t), tuple(lp), str(f)) for t, lp, f in zip(tokens, logprobs, finish)]
-
 
 
 def _names(keys: list[str], limit: int = 5) -> str:

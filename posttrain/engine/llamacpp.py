@@ -34,7 +34,7 @@ import torch
 
 from posttrain.core.errors import ConfigError
 from posttrain.engine.protocol import (Completion, SamplingParams, StepOutput, check_batch, check_request,
-                                       hits_stop_string, request_seed, sample_next)
+                                       hits_stop_string, request_seed, sample_next, step_until_finished)
 
 INSTALL_HINT = ("the llamacpp engine needs llama-cpp-python (compiled from source, ~10 min on 2 cores): "
                 "pip install llama-cpp-python")
@@ -69,7 +69,6 @@ class LlamaCppEngine:
         threads = n_threads or torch.get_num_threads()
         self.llm = llama_cpp.Llama(model_path=str(gguf_path), n_ctx=n_ctx or 0, n_threads=threads,
                                    n_threads_batch=threads, n_batch=n_batch, logits_all=False, verbose=False)
-        self.gguf_path = Path(gguf_path)
         self.tokenizer = tokenizer
         self.max_model_len = int(self.llm.n_ctx())
         self.vocab_size = int(self.llm.n_vocab())
@@ -79,7 +78,6 @@ class LlamaCppEngine:
         self._queue: deque[_Seq] = deque()
         self._next_id = 0
         self._active: _Seq | None = None
-        self._fed = 0  # tokens of the active sequence in llama.cpp's KV (prompt + output)
 
     # ---- SteppingEngine ----
 
@@ -111,7 +109,6 @@ class LlamaCppEngine:
                 self._active = None
             if self._active is None and self._queue:
                 self._active = self._queue.popleft()
-                self._fed = -1  # prefill pending
             seq = self._active
         if seq is None:
             return outputs
@@ -131,21 +128,7 @@ class LlamaCppEngine:
         batch = [[int(t) for t in p] for p in prompts]
         for i, (prompt, p) in enumerate(zip(batch, params)):
             self._check(prompt, p, "generate", f"prompt {i}")
-        ids = [self._enqueue(prompt, p) for prompt, p in zip(batch, params)]
-        index = {rid: i for i, rid in enumerate(ids)}
-        done: dict[int, Completion] = {}
-        tokens: dict[int, list[int]] = {i: [] for i in ids}
-        logprobs: dict[int, list[float]] = {i: [] for i in ids}
-        while len(done) < len(ids):
-            for o in self.step():
-                if o.request_id not in index:
-                    continue
-                tokens[o.request_id] += o.token_ids
-                logprobs[o.request_id] += o.logprobs
-                if o.finished:
-                    done[o.request_id] = Completion(tuple(tokens[o.request_id]), tuple(logprobs[o.request_id]),
-                                                    str(o.finish_reason))
-        return [done[i] for i in ids]
+        return step_until_finished(self, [self._enqueue(prompt, p) for prompt, p in zip(batch, params)])
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         raise ValueError("the llamacpp engine serves a fixed GGUF file: export the new weights "
@@ -167,7 +150,7 @@ class LlamaCppEngine:
         """llama.cpp's logits for the sequence's next token: the prompt's uncached suffix on the
         first step (the shared prefix with what is in the KV is kept), else the last token."""
         llm = self.llm
-        if self._fed < 0:
+        if not seq.out:  # its first step: the prefill
             cached = llm.input_ids[: llm.n_tokens]
             keep = 0
             for a, b in zip(cached, seq.prompt[:-1]):  # at least one prompt token is fed for fresh logits
@@ -180,7 +163,6 @@ class LlamaCppEngine:
             llm.eval(seq.prompt[keep:])
         else:
             llm.eval(seq.out[-1:])
-        self._fed = llm.n_tokens
         # a view of llama.cpp's logits buffer, valid until the next decode (sampling reads it before)
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(self.vocab_size,))
 
@@ -209,17 +191,15 @@ class LlamaCppEngine:
         return None
 
 
-
 def make_engine(model_or_path: Any, tokenizer: Any = None, *, gguf: str | os.PathLike | None = None,
-                dtype: str | None = None, **options: Any) -> LlamaCppEngine:
-    """A LlamaCppEngine on `gguf`, else on `model_or_path` when that is a GGUF file. `dtype` (what
-    `serve --mode` asks for) only names the export a model directory needs when no file is given."""
+                **options: Any) -> LlamaCppEngine:
+    """A LlamaCppEngine on `gguf`, else on `model_or_path` when that is a GGUF file."""
     require_llama_cpp()
     path = Path(gguf) if gguf else Path(str(model_or_path))
     if not path.is_file():
         if (path / "config.json").is_file():
             raise ConfigError(f"llamacpp engine: {str(path)!r} is an HF model directory; export it first "
-                              f"(posttrain export {path} --format gguf --dtype {dtype or 'f32'}) or start "
+                              f"(posttrain export {path} --format gguf --dtype f32|q8_0) or start "
                               f"`posttrain serve --engine llamacpp`, which exports it")
         raise ConfigError(f"llamacpp engine: {str(model_or_path)!r} is neither a .gguf file nor an HF model directory")
     return LlamaCppEngine(path, tokenizer, **options)

@@ -111,6 +111,28 @@ def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParam
             raise ValueError(f"generate: prompt {i} is empty")
 
 
+def step_until_finished(engine: SteppingEngine, request_ids: Sequence[int]) -> list[Completion]:
+    """Step `engine` until every one of `request_ids` has finished; their completions in that order
+    (what the steps report for other requests is dropped). How a stepping engine's `generate` runs
+    the requests it has just queued (no other step loop may run meanwhile)."""
+    index = {rid: i for i, rid in enumerate(request_ids)}
+    tokens: list[list[int]] = [[] for _ in request_ids]
+    logprobs: list[list[float]] = [[] for _ in request_ids]
+    finish: list[str | None] = [None] * len(request_ids)
+    remaining = len(request_ids)
+    while remaining:
+        for out in engine.step():
+            i = index.get(out.request_id)
+            if i is None:
+                continue
+            tokens[i] += out.token_ids
+            logprobs[i] += out.logprobs
+            if out.finished:
+                finish[i] = out.finish_reason
+                remaining -= 1
+    return [Completion(tuple(t), tuple(lp), str(f)) for t, lp, f in zip(tokens, logprobs, finish)]
+
+
 def check_request(prompt: Sequence[int], params: SamplingParams, *, vocab_size: int, max_model_len: int,
                   has_tokenizer: bool, where: str, name: str = "the prompt") -> None:
     """The per-request checks of an engine that holds its own context: a non-empty prompt of token ids in

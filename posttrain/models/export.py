@@ -335,9 +335,5 @@ def gguf_for(model_dir: str | os.PathLike, dtype: str) -> Path:
     for out in candidates:
         if out.is_file() and out.stat().st_mtime >= max(weights):
             return out
-    try:
-        return export_gguf(model_dir, candidates[0], dtype=dtype, force=True).out
-    except ModelLoadError as exc:
-        if "cannot write" not in str(exc):
-            raise
-    return export_gguf(model_dir, candidates[1], dtype=dtype, force=True).out
+    out = candidates[0] if os.access(candidates[0].parent, os.W_OK) else candidates[1]
+    return export_gguf(model_dir, out, dtype=dtype, force=True).out

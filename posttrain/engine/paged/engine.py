@@ -36,7 +36,7 @@ import torch
 
 from posttrain.core.errors import ConfigError, ModelLoadError
 from posttrain.engine.protocol import (Completion, SamplingParams, StepOutput, check_batch, check_request,
-                                       hits_stop_string, request_seed, sample_next)
+                                       hits_stop_string, request_seed, sample_next, step_until_finished)
 from posttrain.engine.paged import quant
 from posttrain.engine.paged.attention import prepare_inputs
 from posttrain.engine.paged.cache import BlockAllocator, KVCache
@@ -309,23 +309,7 @@ class PagedEngine:
         batch = [[int(t) for t in prompt] for prompt in prompts]
         for i, (prompt, p) in enumerate(zip(batch, params)):  # every request before any is queued
             self._check(prompt, p, "generate", f"prompt {i}")
-        ids = [self._enqueue(prompt, p) for prompt, p in zip(batch, params)]
-        index = {rid: i for i, rid in enumerate(ids)}
-        tokens: list[list[int]] = [[] for _ in ids]
-        logprobs: list[list[float]] = [[] for _ in ids]
-        finish: list[str | None] = [None] * len(ids)
-        remaining = len(ids)
-        while remaining:
-            for out in self.step():
-                i = index.get(out.request_id)
-                if i is None:
-                    continue
-                tokens[i] += out.token_ids
-                logprobs[i] += out.logprobs
-                if out.finished:
-                    finish[i] = out.finish_reason
-                    remaining -= 1
-        return [Completion(tuple(t), tuple(lp), str(f)) for t, lp, f in zip(tokens, logprobs, finish)]
+        return step_until_finished(self, [self._enqueue(prompt, p) for prompt, p in zip(batch, params)])
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Copy HF-named tensors into the engine's weights in place, then set `version`. Running
@@ -365,7 +349,6 @@ class PagedEngine:
 
 def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (() if value is None else (int(value),))
-
 
 
 

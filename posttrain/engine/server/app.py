@@ -256,7 +256,8 @@ SERVE_MODES: dict[str, dict[str, Any]] = {
     "standard": {"weights": "exact", "speculative": None},
 }
 # The same modes on the llamacpp engine (llama.cpp behind this server): the GGUF's weight type,
-# the same precision class as the paged engine's mode (exact fp32 / 8-bit weights).
+# the same precision class as the paged engine's mode (exact fp32 / 8-bit weights). The CLI exports
+# the model to it (models/ sits above this layer) and passes the file as the engine's `gguf` option.
 LLAMACPP_MODES: dict[str, dict[str, Any]] = {"fast": {"dtype": "q8_0"}, "standard": {"dtype": "f32"}}
 
 
@@ -265,8 +266,9 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: st
           mode: str = "fast", **engine_options: Any) -> None:
     """Load the tokenizer and `ENGINES[engine]` for `model_path` and serve it until interrupted.
     The model is served under `model_name` (default: `model_path` as given, as vLLM does).
-    `mode` picks the paged engine's options (`SERVE_MODES`) or the llamacpp engine's GGUF weight
-    type (`LLAMACPP_MODES`); `engine_options` win. Other engines serve their own way whatever the mode."""
+    `mode` picks the paged engine's options (`SERVE_MODES`; `engine_options` win); other
+    engines serve their own way whatever the mode (the llamacpp engine's GGUF file, which the CLI
+    picks by mode from `LLAMACPP_MODES`, comes in `engine_options`)."""
     import uvicorn
 
     from posttrain.core.errors import ConfigError
@@ -277,8 +279,8 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 8000, engine: st
         raise ConfigError(f"serve: engine {engine!r} is not available; choose one of {sorted(ENGINES)}")
     if mode not in SERVE_MODES:
         raise ConfigError(f"serve: mode {mode!r} is not one of {', '.join(SERVE_MODES)}")
-    if engine in ("paged", "llamacpp"):
-        engine_options = {**(SERVE_MODES if engine == "paged" else LLAMACPP_MODES)[mode], **engine_options}
+    if engine == "paged":
+        engine_options = {**SERVE_MODES[mode], **engine_options}
     tokenizer = load_tokenizer(model_path)
     eng = ENGINES[engine](model_path, tokenizer, **engine_options)
     app = build_app(eng, tokenizer, model_name or model_path, enable_weight_updates=enable_weight_updates)
