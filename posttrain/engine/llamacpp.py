@@ -17,8 +17,9 @@ file is fixed; export again), and its logits are llama.cpp's, not the trainer's 
   request waits until the one before it finishes. A new request reuses the KV of the longest
   prefix it shares with the previous one (a chat's earlier turns), as `Llama.generate` does.
 - Sampling is ours (`sample_next` on llama.cpp's logits, one uniform per token from the request's
-  own generator), so temperature / top-k / top-p / min-p, seeds and the logprob contract are the
-  same as every engine's; stop ids, stop strings and `max_tokens` likewise.
+  own generator; greedy requests take the argmax and its logprob in numpy, the same values without
+  torch's per-call cost), so temperature / top-k / top-p / min-p, seeds and the logprob contract are
+  the same as every engine's; stop ids, stop strings and `max_tokens` likewise.
 """
 
 from __future__ import annotations
